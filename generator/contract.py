@@ -1,0 +1,101 @@
+"""The launch contract: what the generated registry records about each op and kernel instance.
+
+These frozen records are what `generated/registry.py` is made of, and all a caller needs to
+launch an instance: argument order and kinds, the NDRange as expressions, requirements, guard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+ArgKind = Literal["input", "output", "dim", "attr"]
+
+
+@dataclass(frozen=True)
+class TensorSig:
+    name: str
+    shape: tuple[str, ...]
+    dtype: str | None = None  # fixed dtype; None means the instance's dtype
+    layouts: tuple[str, ...] = ("row",)
+
+
+@dataclass(frozen=True)
+class AttrSig:
+    name: str
+    type: Literal["int", "float"]
+    default: int | float | None = None
+
+
+@dataclass(frozen=True)
+class OpSig:
+    """An op's signature, shared by all its instances."""
+
+    name: str
+    doc: str
+    dims: tuple[str, ...]
+    inputs: tuple[TensorSig, ...]
+    outputs: tuple[TensorSig, ...]
+    attrs: tuple[AttrSig, ...]
+    dtypes: tuple[str, ...]
+    spec: str  # the spec file, relative to the tree's root
+
+    def tensor(self, name: str) -> TensorSig:
+        for t in self.inputs + self.outputs:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One kernel argument, in order: a buffer (input/output) or a scalar (dim/attr)."""
+
+    kind: ArgKind
+    name: str
+    ctype: str  # OpenCL C type of the element (buffers) or of the value (scalars)
+    dtype: str | None = None  # clforge dtype of a buffer's elements
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The NDRange as integer expressions over dims and params (guard language)."""
+
+    global_size: tuple[str, ...]
+    local_size: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Requirements:
+    extensions: tuple[str, ...] = ()
+    device_type: str | None = None
+    limits: tuple[tuple[str, str, int], ...] = ()  # (profile field, comparison, value)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One kernel: a variant of an op for one dtype and one layout per tensor."""
+
+    name: str  # also the OpenCL entry point
+    op: str
+    variant: str
+    dtype: str
+    layouts: tuple[tuple[str, str], ...]  # (tensor, layout) for every tensor
+    targets: tuple[str, ...]  # arch entries of the variant
+    priority: int
+    params: tuple[tuple[str, int], ...]
+    guard: str | None
+    requires: Requirements
+    args: tuple[Arg, ...]
+    launch: Launch
+    source: str  # path of the .cl file, relative to generated/
+    template: str  # the template it was rendered from, relative to templates/
+    sha256: str = ""
+    tunables: tuple[tuple[str, tuple[int, ...]], ...] = field(default=())
+
+    def layout_of(self, tensor: str) -> str:
+        return dict(self.layouts)[tensor]
+
+    @property
+    def param_map(self) -> dict[str, int]:
+        return dict(self.params)

@@ -1,0 +1,417 @@
+"""Loading spec files into :class:`OpSpec` models, with every problem located at file:line:col.
+
+Loading a file never raises anything but :class:`SpecError`, which carries all of the file's
+diagnostics at once: YAML syntax, structure (via pydantic, re-worded with the valid keys), and
+the meaning that spans fields (names, dims, guards, templates, coverage).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from . import guards
+from .errors import Diagnostic, GuardError, Location, SpecError
+from .names import identifier_problem
+from .paths import DEFAULT, Layout
+from .source import LocMap, YamlProblem, load_yaml, locate
+from .spec import OpSpec, VariantSpec
+from .targets import Level, parse_target
+
+Path_ = tuple[int | str, ...]
+
+
+@dataclass(frozen=True)
+class LoadedSpec:
+    """A valid spec, the file it came from, and its located YAML tree for later messages."""
+
+    path: str  # as shown in messages: relative to the tree's root
+    spec: OpSpec
+    tree: LocMap
+
+    def where(self, *keys: int | str, at_key: bool = False) -> Location:
+        return locate(self.tree, keys, at_key=at_key) or Location(self.path)
+
+
+class _Collector:
+    def __init__(self, path: str, tree: Any) -> None:
+        self.path = path
+        self.tree = tree
+        self.diags: list[Diagnostic] = []
+
+    def add(self, keys: Path_, rule: str, message: str, *, at_key: bool = False) -> None:
+        loc = locate(self.tree, keys, at_key=at_key) or Location(self.path)
+        self.diags.append(Diagnostic(loc, rule, message))
+
+
+def _dotted(keys: Path_) -> str:
+    out = ""
+    for k in keys:
+        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+    return out or "(top level)"
+
+
+# --- pydantic errors, re-worded and located ---------------------------------------------------
+
+
+def _model_at(model: type[BaseModel], keys: Path_) -> type[BaseModel] | None:
+    """The model class that validates the mapping found at `keys` under `model`."""
+    ann: Any = model
+    for key in keys:
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            field = ann.model_fields.get(str(key))
+            if field is None:
+                return None
+            ann = field.annotation
+            continue
+        ann = _unwrap(ann)
+        origin = typing.get_origin(ann)
+        if origin in (tuple, list):
+            ann = typing.get_args(ann)[0]
+        elif origin is dict:
+            ann = typing.get_args(ann)[1]
+        else:
+            return None
+    ann = _unwrap(ann)
+    return ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+
+
+def _unwrap(ann: Any) -> Any:
+    """Strip Optional[...] so that `X | None` navigates like X."""
+    if typing.get_origin(ann) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return ann
+
+
+def _pydantic_diags(col: _Collector, err: ValidationError) -> None:
+    for e in err.errors(include_url=False):
+        keys: Path_ = tuple(
+            k for k in e["loc"] if not (isinstance(k, str) and k.startswith("function-"))
+        )
+        where = _dotted(keys)
+        kind = e["type"]
+        if kind == "extra_forbidden":
+            parent = _model_at(OpSpec, keys[:-1])
+            valid = ", ".join(parent.model_fields) if parent else "?"
+            col.add(
+                keys,
+                "unknown-key",
+                f"unknown key {keys[-1]!r} in {_dotted(keys[:-1])}; only the following keys "
+                f"are supported: {valid}",
+                at_key=True,
+            )
+        elif kind == "missing":
+            col.add(keys[:-1], "missing-key", f"{where}: required key {keys[-1]!r} is missing")
+        elif kind == "literal_error":
+            expected = e.get("ctx", {}).get("expected", "")
+            col.add(keys, "vocabulary", f"{where}: {e['input']!r} is not one of {expected}")
+        else:
+            got = type(e["input"]).__name__ if "input" in e else "?"
+            col.add(keys, "type", f"{where}: {e['msg'].lower()} (got {got})")
+
+
+# --- meaning that spans fields ------------------------------------------------------------------
+
+
+def _check(col: _Collector, spec: OpSpec, layout: Layout, stem: str) -> None:
+    def ident(
+        keys: Path_, name: str, what: str, *, at_key: bool = True, reserved: bool = True
+    ) -> None:
+        problem = identifier_problem(name, reserved=reserved)
+        if problem:
+            col.add(keys, "c-identifier", f"{what} {problem}", at_key=at_key)
+
+    ident(("op",), spec.op, "op name", at_key=False, reserved=False)
+    if spec.op != stem:
+        col.add(
+            ("op",),
+            "file-name",
+            f"op {spec.op!r} must live in a file named {spec.op}.yaml, not {stem}.yaml",
+        )
+
+    # one namespace: dims, tensors and attributes all become kernel arguments
+    seen: dict[str, str] = {}
+
+    def claim(keys: Path_, name: str, what: str, at_key: bool = True) -> None:
+        ident(keys, name, what, at_key=at_key)
+        if name in seen:
+            col.add(
+                keys,
+                "duplicate-name",
+                f"{what} {name!r} is already used as {seen[name]}",
+                at_key=at_key,
+            )
+        else:
+            seen[name] = what
+
+    for i, d in enumerate(spec.dims):
+        claim(("dims", i), d, "dim", at_key=False)
+    bound: set[str] = set()
+    for group in ("inputs", "outputs"):
+        for name, t in getattr(spec, group).items():
+            claim((group, name), name, group[:-1])
+            for j, d in enumerate(t.shape):
+                if d not in spec.dims:
+                    col.add(
+                        (group, name, j),
+                        "undeclared-dim",
+                        f"{group}.{name}: dim {d!r} is not declared in dims "
+                        f"({', '.join(spec.dims) or 'none'})",
+                    )
+            if group == "inputs":
+                bound.update(t.shape)
+    for name, a in spec.attrs.items():
+        claim(("attrs", name), name, "attribute")
+        if a.default is not None and a.type == "int" and not isinstance(a.default, int):
+            col.add(
+                ("attrs", name, "default"),
+                "type",
+                f"attrs.{name}: an int attribute needs an int default, not {a.default!r}",
+            )
+    for i, d in enumerate(spec.dims):
+        if d not in bound:
+            col.add(
+                ("dims", i),
+                "unbound-dim",
+                f"dim {d!r} appears in no input's shape, so no call can give it a size",
+            )
+
+    tensors = spec.tensors
+    for t, lays in spec.layouts.items():
+        if t not in tensors:
+            col.add(
+                ("layouts", t),
+                "undeclared-tensor",
+                f"layouts names {t!r}, which is not an input or output",
+                at_key=True,
+            )
+        elif "col" in lays and len(tensors[t].shape) < 2:
+            col.add(
+                ("layouts", t), "layout", f"layouts.{t}: 'col' needs a tensor of rank 2 or more"
+            )
+
+    names_seen: dict[str, int] = {}
+    for i, v in enumerate(spec.variants):
+        key: Path_ = ("variants", i)
+        problem = identifier_problem(v.name, reserved=False)
+        if problem:
+            col.add((*key, "name"), "c-identifier", f"variant name {problem}")
+        if v.name in names_seen:
+            first = locate(col.tree, ("variants", names_seen[v.name], "name"))
+            col.add(
+                (*key, "name"),
+                "duplicate-name",
+                f"variant name {v.name!r} is used twice in op {spec.op!r} (first at line "
+                f"{first.line if first else '?'}); instance names would collide",
+            )
+        else:
+            names_seen[v.name] = i
+        _check_variant(col, spec, v, key, seen, layout)
+
+    _check_coverage(col, spec)
+
+
+def _check_variant(
+    col: _Collector, spec: OpSpec, v: VariantSpec, key: Path_, taken: dict[str, str], layout: Layout
+) -> None:
+    for j, a in enumerate(v.arch):
+        try:
+            parse_target(a)
+        except ValueError as exc:
+            col.add((*key, "arch", j), "vocabulary", f"variant {v.name}: {exc}")
+    for msg in template_problems(v.template, layout):
+        col.add((*key, "template"), "template", f"variant {v.name}: {msg}")
+    for j, d in enumerate(v.dtypes or ()):
+        if d not in spec.dtypes:
+            col.add(
+                (*key, "dtypes", j),
+                "vocabulary",
+                f"variant {v.name}: dtype {d!r} is not among the op's dtypes "
+                f"({', '.join(spec.dtypes)})",
+            )
+    for t, lays in (v.layouts or {}).items():
+        if t not in spec.tensors:
+            col.add(
+                (*key, "layouts", t),
+                "undeclared-tensor",
+                f"variant {v.name}: layouts names {t!r}, which is not an input or output",
+                at_key=True,
+            )
+            continue
+        for j, lay in enumerate(lays):
+            if lay not in spec.layouts_of(t):
+                col.add(
+                    (*key, "layouts", t, j),
+                    "layout",
+                    f"variant {v.name}: layout {lay!r} of {t!r} is not declared for the op "
+                    f"({', '.join(spec.layouts_of(t))})",
+                )
+    for p in v.params:
+        problem = identifier_problem(p)
+        if problem:
+            col.add((*key, "params", p), "c-identifier", f"param {problem}", at_key=True)
+        elif p in taken:
+            col.add(
+                (*key, "params", p),
+                "duplicate-name",
+                f"param {p!r} is already used as {taken[p]}",
+                at_key=True,
+            )
+    for p, values in v.tunables.items():
+        if p not in v.params:
+            col.add(
+                (*key, "tunables", p),
+                "tunable",
+                f"variant {v.name}: tunable {p!r} has no default in params",
+                at_key=True,
+            )
+        elif not values:
+            col.add(
+                (*key, "tunables", p), "tunable", f"variant {v.name}: tunable {p!r} lists no values"
+            )
+        elif v.params[p] not in values:
+            col.add(
+                (*key, "tunables", p),
+                "tunable",
+                f"variant {v.name}: tunable {p!r} values "
+                f"{list(values)} do not include the default {v.params[p]}",
+            )
+    scope = set(spec.dims) | set(v.params)
+    if v.when is not None:
+        _check_expr(col, (*key, "when"), v.when, "bool", scope)
+    for part in ("global_size", "local_size"):
+        for j, e in enumerate(getattr(v.launch, part) or ()):
+            _check_expr(col, (*key, "launch", part, j), str(e), "int", scope)
+    for j, ext in enumerate(v.requires.extensions):
+        if identifier_problem(ext) is not None and not ext.startswith("cl_"):
+            col.add(
+                (*key, "requires", "extensions", j),
+                "vocabulary",
+                f"variant {v.name}: {ext!r} is not an OpenCL extension name (cl_...)",
+            )
+
+
+def _check_expr(
+    col: _Collector, keys: Path_, text: str, kind: guards.Kind, scope: set[str]
+) -> None:
+    try:
+        expr = guards.parse(text, kind)
+    except GuardError as exc:
+        col.add(keys, "guard-syntax", f"{_dotted(keys)}: {exc}")
+        return
+    unknown = sorted(expr.names - scope)
+    if unknown:
+        col.add(
+            keys,
+            "guard-name",
+            f"{_dotted(keys)}: {', '.join(map(repr, unknown))} "
+            f"{'is' if len(unknown) == 1 else 'are'} neither a dim nor a param of this variant "
+            f"(known: {', '.join(sorted(scope)) or 'none'})",
+        )
+
+
+def _check_coverage(col: _Collector, spec: OpSpec) -> None:
+    for v in spec.variants:
+        try:
+            generic = all(parse_target(a).level is Level.GENERIC for a in v.arch)
+        except ValueError:
+            continue
+        full_dtypes = v.dtypes is None or set(spec.dtypes) <= set(v.dtypes)
+        full_layouts = all(
+            set(spec.layouts_of(t)) <= set((v.layouts or {}).get(t, spec.layouts_of(t)))
+            for t in spec.tensors
+        )
+        unconditional = v.when is None and v.requires == type(v.requires)()
+        if generic and full_dtypes and full_layouts and unconditional:
+            return
+    col.add(
+        ("variants",),
+        "generic-coverage",
+        f"op {spec.op!r} has no generic fallback: one variant must have arch: generic, cover "
+        f"every dtype ({', '.join(spec.dtypes)}) and layout, and have no guard or requirement",
+    )
+
+
+def template_problems(template: str, layout: Layout) -> Iterator[str]:
+    """Why `template` cannot be used: outside the template folder, or missing."""
+    p = Path(template)
+    if p.is_absolute() or ".." in p.parts or "\\" in template:
+        yield f"template path {template!r} must be relative to templates/ and stay inside it"
+        return
+    if not template.endswith(".cl.j2"):
+        yield f"template {template!r} must end in .cl.j2"
+    root = layout.templates.resolve()
+    full = (root / p).resolve()
+    if not full.is_relative_to(root):
+        yield f"template path {template!r} leaves templates/"
+    elif not full.is_file():
+        yield f"template {template!r} does not exist under {layout.rel(root)}/"
+
+
+# --- entry points -------------------------------------------------------------------------------
+
+
+def check_text(
+    text: str, path: str, layout: Layout = DEFAULT
+) -> tuple[LoadedSpec | None, list[Diagnostic]]:
+    """Load one spec from text; return it (if valid) and every diagnostic found."""
+    try:
+        tree = load_yaml(text, path)
+    except YamlProblem as exc:
+        return None, [exc.diagnostic]
+    col = _Collector(path, tree)
+    if not isinstance(tree, LocMap):
+        col.add((), "type", "a spec file must hold one mapping (op:, dims:, inputs:, ...)")
+        return None, col.diags
+    try:
+        spec = OpSpec.model_validate(tree)
+    except ValidationError as err:
+        _pydantic_diags(col, err)
+        return None, col.diags
+    stem = Path(path).name.split(".")[0]
+    _check(col, spec, layout, stem)
+    if col.diags:
+        return None, col.diags
+    return LoadedSpec(path, spec, tree), []
+
+
+def spec_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("*.yaml") if p.is_file())
+
+
+def load_specs(layout: Layout = DEFAULT, files: list[Path] | None = None) -> list[LoadedSpec]:
+    """Load every spec of a tree; raise one SpecError carrying all diagnostics of all files."""
+    loaded: list[LoadedSpec] = []
+    diags: list[Diagnostic] = []
+    ops: dict[str, str] = {}
+    for f in files if files is not None else spec_files(layout.specs):
+        rel = layout.rel(f)
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            diags.append(Diagnostic(Location(rel), "io", f"cannot read spec: {exc}"))
+            continue
+        spec, found = check_text(text, rel, layout)
+        diags.extend(found)
+        if spec is not None:
+            if spec.spec.op in ops:
+                diags.append(
+                    Diagnostic(
+                        spec.where("op"),
+                        "duplicate-name",
+                        f"op {spec.spec.op!r} is also defined in {ops[spec.spec.op]}",
+                    )
+                )
+            ops[spec.spec.op] = rel
+            loaded.append(spec)
+    if diags:
+        raise SpecError(diags)
+    return loaded
