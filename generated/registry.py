@@ -405,7 +405,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -455,7 +455,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -505,7 +505,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -705,7 +705,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -755,7 +755,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -805,7 +805,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -1005,7 +1005,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -1049,7 +1049,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -1093,7 +1093,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -1269,7 +1269,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -1313,7 +1313,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -1357,7 +1357,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -1533,7 +1533,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('TM', 6), ('TN', 16)),
-        guard='TN % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -1595,7 +1595,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('TM', 6), ('TN', 16)),
-        guard='TN % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -1657,7 +1657,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('TM', 6), ('TN', 16)),
-        guard='TN % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -1719,7 +1719,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('TM', 6), ('TN', 16)),
-        guard='TN % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -3269,7 +3269,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -3319,7 +3319,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -3369,7 +3369,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -3569,7 +3569,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -3619,7 +3619,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -3669,7 +3669,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -3869,7 +3869,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -3919,7 +3919,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -3969,7 +3969,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -4169,7 +4169,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -4213,7 +4213,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -4257,7 +4257,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -4433,7 +4433,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -4477,7 +4477,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -4521,7 +4521,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -4696,7 +4696,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'row'), ('y', 'row')),
         targets=('cpu',),
         priority=0,
-        params=(),
+        params=(('VEC', 1),),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -4735,7 +4735,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/softmax/softmax__cpu__f16.cl',
         template='softmax/cpu.cl.j2',
-        sha256='e9e2fdd4072fb013252ba6a41ef5556d0ab4834a0c84943da94b7333640e113c',
+        sha256='256cc4e880611cc742529a81f58e677b9124bcb5b40c081963e7784708c11fc1',
         tunables=(),
     ),
     'softmax__cpu__f32': Instance(
@@ -4746,7 +4746,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'row'), ('y', 'row')),
         targets=('cpu',),
         priority=0,
-        params=(),
+        params=(('VEC', 1),),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -4785,7 +4785,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/softmax/softmax__cpu__f32.cl',
         template='softmax/cpu.cl.j2',
-        sha256='e59a7312827b85699d3d2e247a6eee7ebe9215d69da39099fc65a14401c10c09',
+        sha256='a240c42e7cb95cf579fbf3d89a9ec3bd5de2a4202d0c160d31734e1c1dcccd9c',
         tunables=(),
     ),
     'softmax__cpu__f64': Instance(
@@ -4796,7 +4796,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'row'), ('y', 'row')),
         targets=('cpu',),
         priority=0,
-        params=(),
+        params=(('VEC', 1),),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -4835,7 +4835,157 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/softmax/softmax__cpu__f64.cl',
         template='softmax/cpu.cl.j2',
-        sha256='725cc46b2b64943582b48f3273674ad2b75a8c9a169702a8845bc2a6fab7e86d',
+        sha256='6a6b4bceb6272d62d6b30ba7e444e90bc32b47088fd40907eb50fd16cc320939',
+        tunables=(),
+    ),
+    'softmax__cpu_vec8__f16': Instance(
+        name='softmax__cpu_vec8__f16',
+        op='softmax',
+        variant='cpu_vec8',
+        dtype='f16',
+        layouts=(('x', 'row'), ('y', 'row')),
+        targets=('cpu',),
+        priority=1,
+        params=(('VEC', 8),),
+        guard='N % VEC == 0',
+        requires=Requirements(
+            extensions=(),
+            device_type=None,
+            limits=(),
+        ),
+        args=(
+            Arg(
+                kind='input',
+                name='x',
+                ctype='half',
+                dtype='f16',
+            ),
+            Arg(
+                kind='output',
+                name='y',
+                ctype='half',
+                dtype='f16',
+            ),
+            Arg(
+                kind='dim',
+                name='M',
+                ctype='int',
+                dtype=None,
+            ),
+            Arg(
+                kind='dim',
+                name='N',
+                ctype='int',
+                dtype=None,
+            ),
+        ),
+        launch=Launch(
+            global_size=('M',),
+            local_size=('1',),
+        ),
+        source='kernels/softmax/softmax__cpu_vec8__f16.cl',
+        template='softmax/cpu.cl.j2',
+        sha256='dcf123fa62637fe284836b92b21f1d9a4893cc1ab5d81ef03edae1fd689f64d6',
+        tunables=(),
+    ),
+    'softmax__cpu_vec8__f32': Instance(
+        name='softmax__cpu_vec8__f32',
+        op='softmax',
+        variant='cpu_vec8',
+        dtype='f32',
+        layouts=(('x', 'row'), ('y', 'row')),
+        targets=('cpu',),
+        priority=1,
+        params=(('VEC', 8),),
+        guard='N % VEC == 0',
+        requires=Requirements(
+            extensions=(),
+            device_type=None,
+            limits=(),
+        ),
+        args=(
+            Arg(
+                kind='input',
+                name='x',
+                ctype='float',
+                dtype='f32',
+            ),
+            Arg(
+                kind='output',
+                name='y',
+                ctype='float',
+                dtype='f32',
+            ),
+            Arg(
+                kind='dim',
+                name='M',
+                ctype='int',
+                dtype=None,
+            ),
+            Arg(
+                kind='dim',
+                name='N',
+                ctype='int',
+                dtype=None,
+            ),
+        ),
+        launch=Launch(
+            global_size=('M',),
+            local_size=('1',),
+        ),
+        source='kernels/softmax/softmax__cpu_vec8__f32.cl',
+        template='softmax/cpu.cl.j2',
+        sha256='dc8f9753dcec5329076cf1779a4f6106eda2f6856d25cde4b5dbf3a0f213ff33',
+        tunables=(),
+    ),
+    'softmax__cpu_vec8__f64': Instance(
+        name='softmax__cpu_vec8__f64',
+        op='softmax',
+        variant='cpu_vec8',
+        dtype='f64',
+        layouts=(('x', 'row'), ('y', 'row')),
+        targets=('cpu',),
+        priority=1,
+        params=(('VEC', 8),),
+        guard='N % VEC == 0',
+        requires=Requirements(
+            extensions=('cl_khr_fp64',),
+            device_type=None,
+            limits=(),
+        ),
+        args=(
+            Arg(
+                kind='input',
+                name='x',
+                ctype='double',
+                dtype='f64',
+            ),
+            Arg(
+                kind='output',
+                name='y',
+                ctype='double',
+                dtype='f64',
+            ),
+            Arg(
+                kind='dim',
+                name='M',
+                ctype='int',
+                dtype=None,
+            ),
+            Arg(
+                kind='dim',
+                name='N',
+                ctype='int',
+                dtype=None,
+            ),
+        ),
+        launch=Launch(
+            global_size=('M',),
+            local_size=('1',),
+        ),
+        source='kernels/softmax/softmax__cpu_vec8__f64.cl',
+        template='softmax/cpu.cl.j2',
+        sha256='30a435e4be765c3afe85d504fd330d230539e53f5d21eeff6f9cf4cb98719f5d',
         tunables=(),
     ),
     'softmax__generic__f16': Instance(
@@ -4997,7 +5147,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -5047,7 +5197,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -5097,7 +5247,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,
@@ -5597,7 +5747,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('nvidia', 'amd', 'intel'),
         priority=0,
         params=(('WG', 256),),
-        guard='is_pow2(WG)',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type='gpu',
@@ -5647,7 +5797,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('nvidia', 'amd', 'intel'),
         priority=0,
         params=(('WG', 256),),
-        guard='is_pow2(WG)',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type='gpu',
@@ -5697,7 +5847,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('nvidia', 'amd', 'intel'),
         priority=0,
         params=(('WG', 256),),
-        guard='is_pow2(WG)',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type='gpu',
@@ -5747,7 +5897,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -5791,7 +5941,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -5835,7 +5985,7 @@ INSTANCES: dict[str, Instance] = {
         targets=('cpu',),
         priority=0,
         params=(('CHUNK', 4096),),
-        guard='CHUNK % 8 == 0',
+        guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
             device_type=None,

@@ -68,21 +68,26 @@ def array_dtype(op: OpSig, name: str, arr: Any) -> DType:
 
 
 def array_layout(arr: Any) -> str | None:
-    """'row' for C-contiguous, 'col' for a rank-2+ array whose last two axes are swapped in
-    memory (Fortran order for rank 2), None for anything else."""
-    flags = arr.flags
-    if flags.c_contiguous:
-        return "row"
-    if arr.ndim >= 2:
-        strides = tuple(arr.strides)
-        item = arr.dtype.itemsize
-        shape = tuple(arr.shape)
-        # col: axes ..., -1, -2 are C-contiguous in that order
-        order = [*range(arr.ndim - 2), arr.ndim - 1, arr.ndim - 2]
-        expect = item
-        for ax in reversed(order):
-            if shape[ax] > 1 and strides[ax] != expect:
-                return None
-            expect *= shape[ax]
-        return "col"
+    """'row' for a C-contiguous array, 'col' for one whose last two axes are swapped in memory
+    (Fortran order, for rank 2), None for any other strides."""
+    shape = tuple(arr.shape)
+    strides = tuple(arr.strides)
+    item = arr.dtype.itemsize
+    for layout in ("row", "col"):
+        want = layout_strides(shape, item, layout)
+        if all(s == w for s, w, n in zip(strides, want, shape, strict=True) if n > 1):
+            return layout
     return None
+
+
+def layout_strides(shape: tuple[int, ...], itemsize: int, layout: str) -> tuple[int, ...]:
+    """Byte strides of a tensor of `shape` stored in `layout` (col: last two axes swapped)."""
+    order = list(range(len(shape)))
+    if layout == "col" and len(shape) >= 2:
+        order[-1], order[-2] = order[-2], order[-1]
+    strides = [0] * len(shape)
+    step = itemsize
+    for ax in reversed(order):
+        strides[ax] = step
+        step *= max(shape[ax], 1)
+    return tuple(strides)

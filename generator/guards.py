@@ -148,7 +148,9 @@ class _Parser:
 
     def want(self, node: _Node, kind: Kind, tok: _Tok, what: str) -> None:
         if node.kind != kind:
-            raise self.error(tok, f"{what} needs an {'integer' if kind == 'int' else 'condition'}")
+            raise self.error(
+                tok, f"{what} needs {'an integer' if kind == 'int' else 'a condition'}"
+            )
 
     def parse(self) -> _Node:
         node = self.or_()

@@ -3,11 +3,14 @@
 `Runtime.launch` is the named-instance entry point: the caller says which instance to run
 (choosing one is the dispatcher's job). NumPy inputs are copied to the device in the layout the
 instance wants; pyopencl arrays must already have it. Outputs come back as the same kind.
+
+A launch is split into a :class:`LaunchPlan` (everything that depends only on the instance, the
+dims and the attributes: kernel, NDRange, scalar arguments, output shapes), which callers cache,
+and :meth:`Runtime.run`, which binds arrays and enqueues.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +20,21 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from . import registry as registry_mod
-from .binding import array_dtype, array_layout, bind_dims, check_names, element_dtype
+from .binding import (
+    array_dtype,
+    array_layout,
+    bind_dims,
+    check_names,
+    element_dtype,
+    layout_strides,
+)
 from .contract import Instance, OpSig
 from .device import default_device
-from .errors import BuildError, CallError
+from .errors import CallError
+from .progcache import ProgramCache
 from .registry import Registry
+
+_SCALAR = {"int": np.int32, "float": np.float32, "double": np.float64}
 
 
 @dataclass(frozen=True)
@@ -50,43 +63,49 @@ def geometry(reg: Registry, inst: Instance, dims: Mapping[str, int]) -> Geometry
     return Geometry(gs, ls)
 
 
-def check_guard(reg: Registry, inst: Instance, dims: Mapping[str, int]) -> None:
+def guard_holds(reg: Registry, inst: Instance, dims: Mapping[str, int]) -> bool:
     guard = reg.exprs(inst).guard
-    if guard is not None and not guard.holds({**dims, **inst.param_map}):
-        shown = ", ".join(f"{k}={v}" for k, v in dims.items())
-        raise CallError(f"{inst.name}: guard {inst.guard!r} does not hold for {shown}")
+    return guard is None or guard.holds({**dims, **inst.param_map})
+
+
+@dataclass(frozen=True, eq=False)
+class LaunchPlan:
+    """A launch with everything but the arrays decided."""
+
+    inst: Instance
+    kernel: cl.Kernel | None  # None when the NDRange is empty: nothing to run
+    geometry: Geometry
+    args: tuple[Any, ...]  # scalars in place; None where a buffer goes
+    buffers: tuple[tuple[int, str], ...]  # (argument index, tensor name)
+    outputs: tuple[tuple[str, tuple[int, ...], np.dtype, str], ...]  # name, shape, dtype, layout
 
 
 class Runtime:
     """One OpenCL context and queue, with its built programs and kernels."""
 
-    def __init__(self, queue: cl.CommandQueue | None = None, reg: Registry | None = None) -> None:
+    def __init__(
+        self,
+        queue: cl.CommandQueue | None = None,
+        reg: Registry | None = None,
+        cache: ProgramCache | None = None,
+    ) -> None:
         if queue is None:
-            device = default_device()
-            queue = cl.CommandQueue(cl.Context([device]))
+            queue = cl.CommandQueue(cl.Context([default_device()]))
         self.queue = queue
         self.context: cl.Context = queue.context
         self.device: cl.Device = queue.device
         self.registry = reg or registry_mod.default()
+        self.cache = cache if cache is not None else ProgramCache.default()
         self._kernels: dict[str, cl.Kernel] = {}
-        self._programs: dict[tuple[str, str], cl.Program] = {}
         self._dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)
 
     # --- building ---------------------------------------------------------------------------
 
     def build(self, inst: Instance, options: str = "") -> cl.Program:
-        key = (inst.sha256, options)
-        prog = self._programs.get(key)
-        if prog is None:
-            source = self.registry.source(inst)
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", cl.CompilerWarning)
-                    prog = cl.Program(self.context, source).build(options=options)
-            except cl.RuntimeError as exc:
-                raise BuildError(inst.name, str(exc)) from None
-            self._programs[key] = prog
-        return prog
+        """The built program of `inst` (memory cache, then disk cache, then source)."""
+        return self.cache.program(
+            self.context, self.device, inst.name, self.registry.source(inst), options
+        )
 
     def kernel(self, inst: Instance) -> cl.Kernel:
         k = self._kernels.get(inst.name)
@@ -95,7 +114,74 @@ class Runtime:
             self._kernels[inst.name] = k
         return k
 
-    # --- launching --------------------------------------------------------------------------
+    # --- planning and running ---------------------------------------------------------------
+
+    def plan(
+        self, inst: Instance, dims: Mapping[str, int], attrs: Mapping[str, float | int]
+    ) -> LaunchPlan:
+        op = self.registry.op(inst.op)
+        geo = geometry(self.registry, inst, dims)
+        scalars = self._scalars(op, dims, attrs)
+        args: list[Any] = []
+        buffers: list[tuple[int, str]] = []
+        for i, a in enumerate(inst.args):
+            if a.kind in ("input", "output"):
+                buffers.append((i, a.name))
+                args.append(None)
+            else:
+                args.append(_SCALAR[a.ctype](scalars[a.name]))
+        outputs = tuple(
+            (
+                t.name,
+                tuple(dims[d] for d in t.shape),
+                element_dtype(t, inst.dtype).np_dtype,
+                inst.layout_of(t.name),
+            )
+            for t in op.outputs
+        )
+        kernel = None if geo.empty else self.kernel(inst)
+        return LaunchPlan(inst, kernel, geo, tuple(args), tuple(buffers), outputs)
+
+    def run(self, plan: LaunchPlan, arrays: Mapping[str, cla.Array]) -> dict[str, cla.Array]:
+        """Allocate the outputs, bind, enqueue; return the outputs (not waited for)."""
+        outs = {
+            name: cla.empty(
+                self.queue, shape, dt, strides=layout_strides(shape, dt.itemsize, layout)
+            )
+            for name, shape, dt, layout in plan.outputs
+        }
+        if plan.kernel is None:
+            return outs
+        args = list(plan.args)
+        for i, name in plan.buffers:
+            arr = outs[name] if name in outs else arrays[name]
+            args[i] = arr.base_data if arr.size else self._dummy
+        plan.kernel.set_args(*args)
+        cl.enqueue_nd_range_kernel(
+            self.queue, plan.kernel, plan.geometry.global_size, plan.geometry.local_size
+        )
+        return outs
+
+    @staticmethod
+    def _scalars(
+        op: OpSig, dims: Mapping[str, int], attrs: Mapping[str, float | int]
+    ) -> dict[str, float | int]:
+        defaults = {a.name: a.default for a in op.attrs}
+        unknown = sorted(set(attrs) - set(defaults))
+        if unknown:
+            raise CallError(
+                f"{op.name}: unknown attribute {', '.join(unknown)} (expects "
+                f"{', '.join(defaults) or 'none'})"
+            )
+        values: dict[str, float | int] = dict(dims)
+        for name, default in defaults.items():
+            value = attrs.get(name, default)
+            if value is None:
+                raise CallError(f"{op.name}: attribute {name!r} has no default; pass it")
+            values[name] = value
+        return values
+
+    # --- the named-instance entry point -----------------------------------------------------
 
     def launch(
         self,
@@ -110,104 +196,50 @@ class Runtime:
         op = reg.op(inst.op)
         check_names(op, inputs, op.inputs, "input")
         on_device = all(isinstance(a, cla.Array) for a in inputs.values())
-        arrays = {t.name: self._input(op, inst, t.name, inputs[t.name]) for t in op.inputs}
-        dims = bind_dims(op, {k: a.shape for k, a in arrays.items()})
-        check_guard(reg, inst, dims)
-        outs = {
-            t.name: cla.empty(
-                self.queue,
-                tuple(dims[d] for d in t.shape),
-                element_dtype(t, inst.dtype).np_dtype,
-                order="F" if inst.layout_of(t.name) == "col" else "C",
-            )
-            for t in op.outputs
+        arrays = {
+            t.name: self.to_device(op, inst.dtype, t.name, inputs[t.name], inst.layout_of(t.name))
+            for t in op.inputs
         }
-        self.enqueue(inst, {**arrays, **outs}, dims, attrs or {})
+        dims = bind_dims(op, {k: a.shape for k, a in arrays.items()})
+        if not guard_holds(reg, inst, dims):
+            shown = ", ".join(f"{k}={v}" for k, v in dims.items())
+            raise CallError(f"{inst.name}: guard {inst.guard!r} does not hold for {shown}")
+        outs = self.run(self.plan(inst, dims, attrs or {}), arrays)
         if on_device:
             return outs
         return {k: v.get() for k, v in outs.items()}
 
-    def _input(self, op: OpSig, inst: Instance, name: str, arr: Any) -> cla.Array:
-        want = element_dtype(op.tensor(name), inst.dtype)
-        lay = inst.layout_of(name)
+    def to_device(self, op: OpSig, dtype: str, name: str, arr: Any, layout: str) -> cla.Array:
+        """`arr` as a device array of the tensor's dtype in `layout`; NumPy arrays are copied
+        (into that layout), device arrays must already match."""
+        want = element_dtype(op.tensor(name), dtype)
         if isinstance(arr, cla.Array):
             got = array_dtype(op, name, arr)
             if got != want:
-                raise CallError(
-                    f"{op.name}: input {name!r} is {got.name}, {inst.name} needs {want.name}"
-                )
+                raise CallError(f"{op.name}: input {name!r} is {got.name}, expected {want.name}")
             if arr.offset:
                 raise CallError(f"{op.name}: input {name!r} is a view with an offset; pass a copy")
-            if arr.size and array_layout(arr) != lay:
+            if arr.size and array_layout(arr) != layout:
                 raise CallError(
                     f"{op.name}: input {name!r} (shape {arr.shape}, strides "
-                    f"{arr.strides}) is not {lay}-major as {inst.name} needs"
+                    f"{arr.strides}) is not {layout}-major as needed"
                 )
             return arr
         host = np.asarray(arr)
         if host.dtype != want.np_dtype:
-            raise CallError(
-                f"{op.name}: input {name!r} is {host.dtype}, {inst.name} needs {want.numpy}"
-            )
-        host = (
-            np.asfortranarray(host)
-            if (lay == "col" and host.ndim == 2)
-            else np.ascontiguousarray(host)
-        )
+            raise CallError(f"{op.name}: input {name!r} is {host.dtype}, expected {want.numpy}")
+        storage = np.ascontiguousarray(_storage_view(host, layout))
         out = cla.empty(
             self.queue,
             host.shape,
             host.dtype,
-            order="F" if lay == "col" and host.ndim == 2 else "C",
+            strides=layout_strides(host.shape, host.dtype.itemsize, layout),
         )
         if host.size:
-            out.set(host)
+            cl.enqueue_copy(self.queue, out.base_data, storage)
         return out
 
-    def scalar_args(
-        self, inst: Instance, dims: Mapping[str, int], attrs: Mapping[str, float | int]
-    ) -> list[Any]:
-        op = self.registry.op(inst.op)
-        defaults = {a.name: a.default for a in op.attrs}
-        unknown = sorted(set(attrs) - set(defaults))
-        if unknown:
-            raise CallError(
-                f"{op.name}: unknown attribute {', '.join(unknown)} (expects "
-                f"{', '.join(defaults) or 'none'})"
-            )
-        out: list[Any] = []
-        for a in inst.args:
-            if a.kind == "dim":
-                out.append(np.int32(dims[a.name]))
-            elif a.kind == "attr":
-                value = attrs.get(a.name, defaults[a.name])
-                if value is None:
-                    raise CallError(f"{op.name}: attribute {a.name!r} has no default; pass it")
-                ctype = {"int": np.int32, "float": np.float32, "double": np.float64}[a.ctype]
-                out.append(ctype(value))
-        return out
 
-    def enqueue(
-        self,
-        inst: Instance,
-        arrays: Mapping[str, cla.Array | cl.Buffer],
-        dims: Mapping[str, int],
-        attrs: Mapping[str, float | int],
-    ) -> cl.Event | None:
-        """Bind arrays/buffers and scalars in the registry's order and launch; no copies."""
-        geo = geometry(self.registry, inst, dims)
-        scalars = iter(self.scalar_args(inst, dims, attrs))
-        args: list[Any] = []
-        for a in inst.args:
-            if a.kind in ("input", "output"):
-                buf = arrays[a.name]
-                if isinstance(buf, cla.Array):
-                    buf = buf.base_data if buf.size else self._dummy
-                args.append(buf)
-            else:
-                args.append(next(scalars))
-        if geo.empty:
-            return None
-        kernel = self.kernel(inst)
-        kernel.set_args(*args)
-        return cl.enqueue_nd_range_kernel(self.queue, kernel, geo.global_size, geo.local_size)
+def _storage_view(arr: np.ndarray, layout: str) -> np.ndarray:
+    """The view of `arr` whose C order is the memory order of `layout`."""
+    return np.swapaxes(arr, -1, -2) if layout == "col" and arr.ndim >= 2 else arr

@@ -7,6 +7,7 @@ spans fields (dims, names, guards, templates, coverage) is checked in :mod:`gene
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -18,8 +19,10 @@ from pydantic import (
     StrictStr,
     model_validator,
 )
+from pydantic.json_schema import JsonDict
 
 from .dtypes import DTYPE_NAMES
+from .targets import DEVICE_TYPES, VENDORS
 
 DTypeName = Literal[DTYPE_NAMES]  # type: ignore[valid-type]
 LayoutName = Literal["row", "col"]
@@ -35,8 +38,30 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+_NAMES: JsonDict = {"type": "array", "items": {"type": "string"}}
+
+
+def _tensor_schema(schema: JsonDict) -> None:
+    # the JSON Schema also accepts the `a: [M, K]` shorthand that _shorthand turns into {shape:}
+    full = dict(schema)
+    schema.clear()
+    schema.update(
+        title=full.pop("title", "TensorSpec"),
+        description=full.pop("description", ""),
+        anyOf=[{**_NAMES, "description": "shorthand for {shape: [...]}"}, full],
+    )
+
+
+def _arch_schema(schema: JsonDict) -> None:
+    # `arch: cpu` is shorthand for `arch: [cpu]`
+    listed = {k: schema.pop(k) for k in ("type", "items", "minItems") if k in schema}
+    schema["anyOf"] = [{"type": "string"}, listed]
+
+
 class TensorSpec(_Model):
     """A tensor argument: its shape in symbolic dims, and a fixed dtype if it has one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", json_schema_extra=_tensor_schema)
 
     shape: tuple[StrictStr, ...] = Field(description="symbolic dims, outermost first")
     dtype: DTypeName | None = Field(
@@ -53,25 +78,29 @@ class TensorSpec(_Model):
 class AttrSpec(_Model):
     """A scalar argument passed at call time (alpha, eps, ...)."""
 
-    type: AttrType
-    default: StrictInt | StrictFloat | None = None
-    doc: StrictStr = ""
+    type: AttrType = Field(description="int or float (float is the instance's compute type)")
+    default: StrictInt | StrictFloat | None = Field(
+        None, description="value used when a call does not pass it; none: the call must"
+    )
+    doc: StrictStr = Field("", description="what the attribute means")
 
 
 class Requires(_Model):
     """What a device must have for a variant to run there."""
 
     extensions: tuple[StrictStr, ...] = Field((), description="OpenCL extensions, all required")
-    device_type: DeviceType | None = None
+    device_type: DeviceType | None = Field(None, description="cpu, gpu or accelerator")
     local_mem_bytes: LimitExpr | None = Field(None, description='e.g. ">= 16384"')
     max_work_group_size: LimitExpr | None = Field(None, description='e.g. ">= 256"')
-    compute_units: LimitExpr | None = None
+    compute_units: LimitExpr | None = Field(None, description='e.g. ">= 4"')
 
 
 class LaunchSpec(_Model):
     """The NDRange, as integer expressions over dims and params (see the guard language)."""
 
-    global_size: tuple[Expr, ...] = Field(min_length=1, max_length=3)
+    global_size: tuple[Expr, ...] = Field(
+        min_length=1, max_length=3, description="1 to 3 integer expressions"
+    )
     local_size: tuple[Expr, ...] | None = Field(
         None, min_length=1, max_length=3, description="null lets the OpenCL runtime choose"
     )
@@ -80,13 +109,15 @@ class LaunchSpec(_Model):
 class VariantSpec(_Model):
     """One implementation of the op, for some dtypes, layouts and devices."""
 
-    name: StrictStr
+    name: StrictStr = Field(description="a C identifier, unique within the op")
     arch: tuple[StrictStr, ...] = Field(
-        description="generic | cpu | gpu | accelerator | vendor | arch:<name> | device:<name>"
+        description=f"targets, one or a list: generic | a device type ({', '.join(DEVICE_TYPES)}) "
+        f"| a vendor ({', '.join(VENDORS)}) | arch:<name> | device:<name>",
+        json_schema_extra=_arch_schema,
     )
     template: StrictStr = Field(description="path under templates/, e.g. matmul/generic.cl.j2")
-    launch: LaunchSpec
-    doc: StrictStr = ""
+    launch: LaunchSpec = Field(description="the NDRange")
+    doc: StrictStr = Field("", description="what this variant does differently")
     dtypes: tuple[DTypeName, ...] | None = Field(None, description="default: all of the op's")
     layouts: dict[StrictStr, tuple[LayoutName, ...]] | None = Field(
         None, description="per tensor; default: all of the op's"
@@ -97,8 +128,17 @@ class VariantSpec(_Model):
     tunables: dict[StrictStr, tuple[StrictInt, ...]] = Field(
         default_factory=dict, description="values the tuner may try for each param"
     )
-    when: StrictStr | None = Field(None, description="guard over dims and params")
-    requires: Requires = Field(default_factory=Requires)
+    constraints: tuple[StrictStr, ...] = Field(
+        (),
+        description="conditions over params only (guard language) that every tried combination "
+        "of params and tunables must satisfy, the defaults included",
+    )
+    when: StrictStr | None = Field(
+        None, description="guard over dims and params, checked for each call"
+    )
+    requires: Requires = Field(
+        default_factory=Requires, description="what a device needs to run this variant"
+    )
     priority: StrictInt = Field(0, description="breaks ties between equally specific variants")
 
     @model_validator(mode="before")
@@ -122,17 +162,27 @@ class OpSpec(_Model):
         },
     )
 
-    op: StrictStr
-    doc: StrictStr = ""
-    dims: tuple[StrictStr, ...]
-    inputs: dict[StrictStr, TensorSpec] = Field(min_length=1)
-    outputs: dict[StrictStr, TensorSpec] = Field(min_length=1)
-    attrs: dict[StrictStr, AttrSpec] = Field(default_factory=dict)
-    dtypes: tuple[DTypeName, ...] = Field(min_length=1)
+    op: StrictStr = Field(description="the op's name, a C identifier; the file is <op>.yaml")
+    doc: StrictStr = Field("", description="what the op computes")
+    dims: tuple[StrictStr, ...] = Field(
+        description="symbolic dims; one name means one size everywhere"
+    )
+    inputs: dict[StrictStr, TensorSpec] = Field(
+        min_length=1, description="input tensors by name, in kernel argument order"
+    )
+    outputs: dict[StrictStr, TensorSpec] = Field(
+        min_length=1, description="output tensors by name, in kernel argument order"
+    )
+    attrs: dict[StrictStr, AttrSpec] = Field(
+        default_factory=dict, description="scalar arguments by name"
+    )
+    dtypes: tuple[DTypeName, ...] = Field(min_length=1, description="element types the op supports")
     layouts: dict[StrictStr, tuple[LayoutName, ...]] = Field(
         default_factory=dict, description="per tensor; tensors not listed are row-major only"
     )
-    variants: tuple[VariantSpec, ...] = Field(min_length=1)
+    variants: tuple[VariantSpec, ...] = Field(
+        min_length=1, description="implementations; one must be a generic fallback"
+    )
 
     @property
     def tensors(self) -> dict[str, TensorSpec]:
@@ -145,3 +195,8 @@ class OpSpec(_Model):
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of a spec file, as exported to specs/schema.json."""
     return OpSpec.model_json_schema()
+
+
+def schema_text() -> str:
+    """specs/schema.json exactly: sorted keys, two-space indent, a trailing newline."""
+    return json.dumps(json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"

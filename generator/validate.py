@@ -7,9 +7,12 @@ the meaning that spans fields (names, dims, guards, templates, coverage).
 
 from __future__ import annotations
 
+import itertools
+import re
+import sys
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,7 @@ from .names import identifier_problem
 from .paths import DEFAULT, Layout
 from .source import LocMap, YamlProblem, load_yaml, locate
 from .spec import OpSpec, VariantSpec
-from .targets import Level, parse_target
+from .targets import Level, Target, parse_target
 
 Path_ = tuple[int | str, ...]
 
@@ -217,6 +220,7 @@ def _check(col: _Collector, spec: OpSpec, layout: Layout, stem: str) -> None:
         _check_variant(col, spec, v, key, seen, layout)
 
     _check_coverage(col, spec)
+    _check_ambiguity(col, spec)
 
 
 def _check_variant(
@@ -228,7 +232,7 @@ def _check_variant(
         except ValueError as exc:
             col.add((*key, "arch", j), "vocabulary", f"variant {v.name}: {exc}")
     for msg in template_problems(v.template, layout):
-        col.add((*key, "template"), "template", f"variant {v.name}: {msg}")
+        col.add((*key, "template"), "template-path", f"variant {v.name}: {msg}")
     for j, d in enumerate(v.dtypes or ()):
         if d not in spec.dtypes:
             col.add(
@@ -290,6 +294,7 @@ def _check_variant(
     for part in ("global_size", "local_size"):
         for j, e in enumerate(getattr(v.launch, part) or ()):
             _check_expr(col, (*key, "launch", part, j), str(e), "int", scope)
+    _check_constraints(col, v, key)
     for j, ext in enumerate(v.requires.extensions):
         if identifier_problem(ext) is not None and not ext.startswith("cl_"):
             col.add(
@@ -299,23 +304,98 @@ def _check_variant(
             )
 
 
+_DIM_OR_PARAM = "neither a dim nor a param of this variant"
+_PARAM_ONLY = (
+    "not a param of this variant (constraints name params only; put conditions on dims in when:)"
+)
+
+
 def _check_expr(
-    col: _Collector, keys: Path_, text: str, kind: guards.Kind, scope: set[str]
-) -> None:
+    col: _Collector,
+    keys: Path_,
+    text: str,
+    kind: guards.Kind,
+    scope: set[str],
+    what: str = _DIM_OR_PARAM,
+) -> guards.Expr | None:
+    """The parsed expression, or None after reporting why it is unusable."""
     try:
         expr = guards.parse(text, kind)
     except GuardError as exc:
         col.add(keys, "guard-syntax", f"{_dotted(keys)}: {exc}")
-        return
+        return None
     unknown = sorted(expr.names - scope)
     if unknown:
         col.add(
             keys,
             "guard-name",
             f"{_dotted(keys)}: {', '.join(map(repr, unknown))} "
-            f"{'is' if len(unknown) == 1 else 'are'} neither a dim nor a param of this variant "
+            f"{'is' if len(unknown) == 1 else 'are'} {what} "
             f"(known: {', '.join(sorted(scope)) or 'none'})",
         )
+        return None
+    return expr
+
+
+MAX_COMBINATIONS = 100_000  # tunable combinations searched for one that meets the constraints
+
+
+def _check_constraints(col: _Collector, v: VariantSpec, key: Path_) -> None:
+    """Each constraint parses, names only params, and holds for the default params; some
+    combination of tunable values satisfies them all."""
+    exprs = [
+        _check_expr(col, (*key, "constraints", j), c, "bool", set(v.params), _PARAM_ONLY)
+        for j, c in enumerate(v.constraints)
+    ]
+    checked = [e for e in exprs if e is not None]
+    if not checked or len(checked) != len(exprs):
+        return
+    defaults = dict(v.params)
+    shown = ", ".join(f"{p}={n}" for p, n in defaults.items())
+    broken = False
+    for j, expr in enumerate(checked):
+        try:
+            holds = expr.holds(defaults)
+        except GuardError as exc:
+            col.add(
+                (*key, "constraints", j),
+                "constraint",
+                f"variant {v.name}: constraint {expr.text!r} cannot be evaluated for the default "
+                f"params ({shown}): {exc.message}",
+            )
+            broken = True
+            continue
+        if not holds:
+            col.add(
+                (*key, "constraints", j),
+                "constraint",
+                f"variant {v.name}: the default params ({shown}) break constraint {expr.text!r}; "
+                "change params: or the constraint",
+            )
+            broken = True
+    defaults_tunable = all(defaults.get(p) in vals for p, vals in v.tunables.items())
+    if not broken and defaults_tunable:
+        return  # the defaults are one tunable combination, and they satisfy every constraint
+    axes = [v.tunables.get(p) or (n,) for p, n in defaults.items()]
+    tried = 0
+    for combo in itertools.product(*axes):
+        tried += 1
+        if tried > MAX_COMBINATIONS:
+            return  # too many to search; the default-params check above still stands
+        env = dict(zip(defaults, combo, strict=True))
+        try:
+            if all(e.holds(env) for e in checked):
+                return
+        except GuardError:
+            continue
+    col.add(
+        (*key, "constraints"),
+        "constraint",
+        f"variant {v.name}: none of the {tried} combinations of params and tunables satisfies "
+        "every constraint, so the variant can never be built; relax the constraints or change "
+        "the values",
+        at_key=True,
+    )
 
 
 def _check_coverage(col: _Collector, spec: OpSpec) -> None:
@@ -340,6 +420,63 @@ def _check_coverage(col: _Collector, spec: OpSpec) -> None:
     )
 
 
+@dataclass(frozen=True)
+class _Reach:
+    """What one variant can serve: the calls it matches, before guards and requirements."""
+
+    targets: frozenset[Target]
+    dtypes: frozenset[str]
+    layouts: tuple[frozenset[str], ...]  # per tensor, in spec.tensors order
+
+
+def _reach(spec: OpSpec, v: VariantSpec) -> _Reach | None:
+    try:
+        targets = frozenset(parse_target(a) for a in v.arch)
+    except ValueError:
+        return None  # reported as vocabulary
+    allowed = v.layouts or {}
+    return _Reach(
+        targets,
+        frozenset(v.dtypes or spec.dtypes),
+        tuple(frozenset(allowed.get(t, spec.layouts_of(t))) for t in spec.tensors),
+    )
+
+
+def _check_ambiguity(col: _Collector, spec: OpSpec) -> None:
+    """Two variants tie when one call can match both with equal rank: the same priority, a
+    target they share (a device has one vendor, type, arch and name, so only equal targets can
+    match it at one level), and overlapping dtypes and layouts. Guards are not considered: they
+    are decided per call, and a tie is refused here, at generation, not at run time."""
+    earlier: list[tuple[int, VariantSpec, _Reach]] = []
+    tensors = list(spec.tensors)
+    for i, v in enumerate(spec.variants):
+        reach = _reach(spec, v)
+        if reach is None:
+            continue
+        for j, w, other in earlier:
+            shared = reach.targets & other.targets
+            dtypes = reach.dtypes & other.dtypes
+            layouts = [a & b for a, b in zip(reach.layouts, other.layouts, strict=True)]
+            if v.priority != w.priority or not shared or not dtypes or not all(layouts):
+                continue
+            first = locate(col.tree, ("variants", j, "name"))
+            where = " ".join(
+                f"{t}:{'/'.join(sorted(lay))}"
+                for t, lay in zip(tensors, layouts, strict=True)
+                if len(spec.layouts_of(t)) > 1
+            )
+            col.add(
+                ("variants", i, "name"),
+                "ambiguous-variants",
+                f"variants {w.name!r} (line {first.line if first else '?'}) and {v.name!r} tie: "
+                f"both target {', '.join(str(t) for t in sorted(shared))} with priority "
+                f"{v.priority} for dtype {', '.join(sorted(dtypes))}"
+                f"{' and layouts ' + where if where else ''}, so the dispatcher could not choose; "
+                "give one a higher priority, or narrow its dtypes, layouts or arch",
+            )
+        earlier.append((i, v, reach))
+
+
 def template_problems(template: str, layout: Layout) -> Iterator[str]:
     """Why `template` cannot be used: outside the template folder, or missing."""
     p = Path(template)
@@ -359,6 +496,28 @@ def template_problems(template: str, layout: Layout) -> Iterator[str]:
 # --- entry points -------------------------------------------------------------------------------
 
 
+def _unreadable_number(text: str, path: str) -> Diagnostic:
+    """Where a YAML number too long to convert is (Python refuses int() of very long digit
+    strings with ValueError, which the YAML constructor does not turn into a marked error)."""
+    limit = sys.get_int_max_str_digits() or 4300
+    m = re.search(f"[0-9][0-9_]{{{limit},}}", text)
+    line = text.count("\n", 0, m.start()) + 1 if m else 1
+    col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1 if m else 1
+    return Diagnostic(
+        Location(path, line, col),
+        "yaml-syntax",
+        f"a number longer than {limit} digits cannot be read",
+    )
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "an empty document"
+    if isinstance(value, list):
+        return "a list"
+    return f"a single {type(value).__name__} value"
+
+
 def check_text(
     text: str, path: str, layout: Layout = DEFAULT
 ) -> tuple[LoadedSpec | None, list[Diagnostic]]:
@@ -367,9 +526,17 @@ def check_text(
         tree = load_yaml(text, path)
     except YamlProblem as exc:
         return None, [exc.diagnostic]
+    except ValueError:
+        return None, [_unreadable_number(text, path)]
     col = _Collector(path, tree)
     if not isinstance(tree, LocMap):
-        col.add((), "type", "a spec file must hold one mapping (op:, dims:, inputs:, ...)")
+        col.diags.append(
+            Diagnostic(
+                getattr(tree, "loc", None) or Location(path, 1, 1),
+                "type",
+                f"a spec file must hold one mapping (op:, dims:, inputs:, ...), not {_kind(tree)}",
+            )
+        )
         return None, col.diags
     try:
         spec = OpSpec.model_validate(tree)
@@ -387,31 +554,48 @@ def spec_files(root: Path) -> list[Path]:
     return sorted(p for p in root.glob("*.yaml") if p.is_file())
 
 
+def read_spec(path: Path, layout: Layout = DEFAULT) -> tuple[str | None, list[Diagnostic]]:
+    """The text of one spec file, or None and why it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8"), []
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, [
+            Diagnostic(Location(layout.rel(path)), "unreadable-file", f"cannot read spec: {exc}")
+        ]
+
+
+def duplicate_ops(loaded: Sequence[LoadedSpec]) -> list[Diagnostic]:
+    """An op defined by two files (e.g. add.yaml and add.v2.yaml): the later one is reported."""
+    diags: list[Diagnostic] = []
+    ops: dict[str, str] = {}
+    for spec in loaded:
+        if spec.spec.op in ops:
+            diags.append(
+                Diagnostic(
+                    spec.where("op"),
+                    "duplicate-name",
+                    f"op {spec.spec.op!r} is also defined in {ops[spec.spec.op]}",
+                )
+            )
+        else:
+            ops[spec.spec.op] = spec.path
+    return diags
+
+
 def load_specs(layout: Layout = DEFAULT, files: list[Path] | None = None) -> list[LoadedSpec]:
     """Load every spec of a tree; raise one SpecError carrying all diagnostics of all files."""
     loaded: list[LoadedSpec] = []
     diags: list[Diagnostic] = []
-    ops: dict[str, str] = {}
     for f in files if files is not None else spec_files(layout.specs):
-        rel = layout.rel(f)
-        try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            diags.append(Diagnostic(Location(rel), "io", f"cannot read spec: {exc}"))
+        text, problems = read_spec(f, layout)
+        diags.extend(problems)
+        if text is None:
             continue
-        spec, found = check_text(text, rel, layout)
+        spec, found = check_text(text, layout.rel(f), layout)
         diags.extend(found)
         if spec is not None:
-            if spec.spec.op in ops:
-                diags.append(
-                    Diagnostic(
-                        spec.where("op"),
-                        "duplicate-name",
-                        f"op {spec.spec.op!r} is also defined in {ops[spec.spec.op]}",
-                    )
-                )
-            ops[spec.spec.op] = rel
             loaded.append(spec)
+    diags.extend(duplicate_ops(loaded))
     if diags:
         raise SpecError(diags)
     return loaded

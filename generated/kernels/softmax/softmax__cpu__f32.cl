@@ -18,32 +18,7 @@ __kernel void softmax__cpu__f32(
     int n_ = 0;
     ACC_ max_ = -HUGE_VALF;
     ACC_ sum_ = 0;
-    if ((N & 7) == 0) {
-        ACC8_ vmax_ = (ACC8_)(-HUGE_VALF);
-        for (; n_ < N; n_ += 8) {
-            const ACC8_ v_ = *(__global const ACC8_*)(x + (base_ + n_));
-            vmax_ = v_ > vmax_ ? v_ : vmax_;
-        }
-        max_ = vmax_.s0 > max_ ? vmax_.s0 : max_;
-        max_ = vmax_.s1 > max_ ? vmax_.s1 : max_;
-        max_ = vmax_.s2 > max_ ? vmax_.s2 : max_;
-        max_ = vmax_.s3 > max_ ? vmax_.s3 : max_;
-        max_ = vmax_.s4 > max_ ? vmax_.s4 : max_;
-        max_ = vmax_.s5 > max_ ? vmax_.s5 : max_;
-        max_ = vmax_.s6 > max_ ? vmax_.s6 : max_;
-        max_ = vmax_.s7 > max_ ? vmax_.s7 : max_;
-        ACC8_ vsum_ = 0;
-        for (n_ = 0; n_ < N; n_ += 8) {
-            const ACC8_ e_ = exp(*(__global const ACC8_*)(x + (base_ + n_)) - max_);
-            vsum_ += e_;
-            *(__global ACC8_*)(y + (base_ + n_)) = e_;
-        }
-        sum_ = ((vsum_.s0 + vsum_.s1) + (vsum_.s2 + vsum_.s3)) + ((vsum_.s4 + vsum_.s5) + (vsum_.s6 + vsum_.s7));
-        const ACC8_ inv_ = (ACC8_)((ACC_)1 / sum_);
-        for (n_ = 0; n_ < N; n_ += 8) {
-            *(__global ACC8_*)(y + (base_ + n_)) = *(__global const ACC8_*)(y + (base_ + n_)) * inv_;
-        }
-    } else {
+    {
         for (n_ = 0; n_ < N; ++n_) {
             const ACC_ v_ = (ACC_)x[base_ + n_];
             max_ = v_ > max_ ? v_ : max_;

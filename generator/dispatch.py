@@ -1,0 +1,364 @@
+"""The dispatcher: the part users call. Arrays in, the right kernel chosen and run, arrays out.
+
+Eager calls (`Dispatcher.call`, and the generated `generated.ops` functions on top of it) infer
+dtype, layouts and sizes from the arrays, select (see :mod:`generator.selection`), build (falling
+back down the ranking when a build fails, unless strict), and launch. Everything that depends only
+on the op, dtypes, layouts, shapes and attributes is planned once and memoized, so a warm call
+costs a dict lookup, the output allocation and the enqueue.
+
+Compiled entry points (`Dispatcher.compile`) select once for symbolic sizes and check the chosen
+variant's guard on each call: a call that breaks it is re-dispatched, or rejected in strict mode.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from .binding import array_dtype, array_layout, bind_dims, check_names
+from .contract import Instance, OpSig
+from .errors import BuildError, CallError, ClforgeError, DispatchError
+from .profile import DeviceProfile
+from .registry import Registry
+from .runtime import LaunchPlan, Runtime, guard_holds
+from .selection import Selection, chosen_or_raise, select
+
+
+class ClforgeWarning(UserWarning):
+    """A fallback was taken (e.g. the chosen kernel failed to build on this device)."""
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """An input's compile-time type: dtype, shape (ints or symbolic dim names), layout."""
+
+    dtype: str
+    shape: tuple[int | str, ...]
+    layout: str = "row"
+
+
+def _call_types(op: OpSig, inputs: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """The call's instance dtype and the layouts of its inputs, from the arrays."""
+    dtype: str | None = None
+    layouts: dict[str, str] = {}
+    for t in op.inputs:
+        arr = inputs[t.name]
+        d = array_dtype(op, t.name, arr)
+        if t.dtype is not None:
+            if d.name != t.dtype:
+                raise CallError(f"{op.name}: input {t.name!r} must be {t.dtype}, got {d.name}")
+        elif dtype is None:
+            dtype = d.name
+        elif d.name != dtype:
+            raise CallError(
+                f"{op.name}: inputs have different dtypes ({dtype} and {d.name} "
+                f"for {t.name!r}); cast one of them"
+            )
+        if arr.ndim != len(t.shape):
+            raise CallError(
+                f"{op.name}: input {t.name!r} has rank {arr.ndim} (shape "
+                f"{tuple(arr.shape)}), expected rank {len(t.shape)} "
+                f"[{', '.join(t.shape)}]"
+            )
+        lay = array_layout(arr) if arr.size else "row"
+        if lay not in t.layouts:
+            if isinstance(arr, cla.Array):
+                raise CallError(
+                    f"{op.name}: input {t.name!r} has strides {arr.strides} for "
+                    f"shape {arr.shape}; the op takes it "
+                    f"{' or '.join(t.layouts)}-major: pass a contiguous copy"
+                )
+            lay = "row"  # NumPy inputs are copied anyway: copy into row-major
+        layouts[t.name] = lay
+    if dtype is None:
+        dtype = op.dtypes[0]
+    if dtype not in op.dtypes:
+        raise CallError(
+            f"{op.name}: dtype {dtype} is not supported (supported: {', '.join(op.dtypes)})"
+        )
+    return dtype, layouts
+
+
+@dataclass
+class Dispatcher:
+    """Selection and launching for one runtime (context, queue) and its device profile."""
+
+    runtime: Runtime
+    profile: DeviceProfile
+    strict: bool = False  # a build failure of the chosen kernel is an error, not a fallback
+    _plans: dict[tuple, LaunchPlan] = field(default_factory=dict, repr=False)
+    _choices: dict[tuple, Instance] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def for_runtime(cls, runtime: Runtime, *, strict: bool = False) -> Dispatcher:
+        from .profile import from_device
+
+        return cls(runtime, from_device(runtime.device), strict)
+
+    @property
+    def registry(self) -> Registry:
+        return self.runtime.registry
+
+    # --- selection --------------------------------------------------------------------------
+
+    def select(
+        self, op: str, dtype: str, layouts: Mapping[str, str], dims: Mapping[str, int]
+    ) -> Selection:
+        return select(self.registry, self.profile, op, dtype, layouts, dims)
+
+    def choose(
+        self, op: str, dtype: str, layouts: Mapping[str, str], dims: Mapping[str, int]
+    ) -> Instance:
+        """The instance to run (memoized): the best candidate that builds on this device."""
+        key = (op, dtype, tuple(sorted(layouts.items())), tuple(sorted(dims.items())))
+        inst = self._choices.get(key)
+        if inst is None:
+            inst = self._first_that_builds(self.select(op, dtype, layouts, dims))
+            self._choices[key] = inst
+        return inst
+
+    def _first_that_builds(self, sel: Selection) -> Instance:
+        chosen_or_raise(sel)
+        failures = []
+        for cand in sel.candidates:
+            if not cand.accepted or cand.instance is None:
+                continue
+            inst = self.registry.instance(cand.instance)
+            try:
+                self.runtime.kernel(inst)
+            except BuildError as exc:
+                if self.strict:
+                    raise
+                first = next(
+                    (ln for ln in exc.log.splitlines() if "error" in ln.lower()), exc.log[:200]
+                )
+                failures.append(f"{inst.name}: {first.strip()}")
+                warnings.warn(
+                    f"clforge: {inst.name} failed to build on {sel.device}; trying "
+                    f"the next candidate ({first.strip()})",
+                    ClforgeWarning,
+                    stacklevel=4,
+                )
+                continue
+            return inst
+        raise DispatchError(
+            f"{sel.op}: every eligible instance failed to build on "
+            f"{sel.device}:\n  " + "\n  ".join(failures)
+        )
+
+    # --- eager calls ------------------------------------------------------------------------
+
+    def call(
+        self,
+        op_name: str,
+        inputs: Mapping[str, Any],
+        attrs: Mapping[str, float | int] | None = None,
+    ) -> dict[str, Any]:
+        """Run `op_name` on NumPy or pyopencl arrays (by input name); outputs by name, of the
+        same kind as the inputs."""
+        op = self.registry.op(op_name)
+        return self.execute(op, self.plan_for(op, inputs, attrs or {}), inputs)
+
+    def plan_for(
+        self, op: OpSig, inputs: Mapping[str, Any], attrs: Mapping[str, float | int]
+    ) -> LaunchPlan:
+        """The launch plan for these arrays, memoized by their dtypes, shapes, strides and the
+        attributes; `plan.inst` is the instance the dispatcher chose."""
+        check_names(op, inputs, op.inputs, "input")
+        key = (
+            op.name,
+            tuple(
+                (
+                    k,
+                    getattr(a, "dtype", None),
+                    getattr(a, "shape", None),
+                    getattr(a, "strides", None),
+                    type(a),
+                )
+                for k, a in inputs.items()
+            ),
+            tuple(sorted(attrs.items())),
+        )
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(op, inputs, attrs)
+            self._plans[key] = plan
+        return plan
+
+    def execute(self, op: OpSig, plan: LaunchPlan, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Move inputs to the device if needed, run `plan`, bring outputs back if needed."""
+        rt = self.runtime
+        on_device = all(isinstance(a, cla.Array) for a in inputs.values())
+        arrays = {
+            t.name: rt.to_device(
+                op, plan.inst.dtype, t.name, inputs[t.name], plan.inst.layout_of(t.name)
+            )
+            for t in op.inputs
+        }
+        outs = rt.run(plan, arrays)
+        if on_device:
+            return outs
+        return {k: v.get() for k, v in outs.items()}
+
+    def _plan(
+        self, op: OpSig, inputs: Mapping[str, Any], attrs: Mapping[str, float | int]
+    ) -> LaunchPlan:
+        for name, arr in inputs.items():
+            if not hasattr(arr, "dtype") or not hasattr(arr, "shape"):
+                raise CallError(
+                    f"{op.name}: input {name!r} is a {type(arr).__name__}, not an "
+                    "array (pass a NumPy or pyopencl array)"
+                )
+        dtype, layouts = _call_types(op, inputs)
+        dims = bind_dims(op, {k: tuple(a.shape) for k, a in inputs.items()})
+        inst = self.choose(op.name, dtype, layouts, dims)
+        return self.runtime.plan(inst, dims, attrs)
+
+    def cache_info(self) -> dict[str, int]:
+        return {
+            "plans": len(self._plans),
+            "choices": len(self._choices),
+            **vars(self.runtime.cache.stats),
+        }
+
+    # --- compiled entry points --------------------------------------------------------------
+
+    def compile(
+        self, op: str, inputs: Mapping[str, TensorType], *, strict: bool = False
+    ) -> CompiledOp:
+        """Specialize `op` once for these input types (shapes may use symbolic dims)."""
+        sig = self.registry.op(op)
+        check_names(sig, inputs, sig.inputs, "input")
+        dtypes = {t.name: inputs[t.name].dtype for t in sig.inputs if t.dtype is None}
+        kinds = set(dtypes.values())
+        if len(kinds) > 1:
+            raise CallError(f"{op}: inputs have different dtypes {dtypes}")
+        dtype = kinds.pop() if kinds else sig.dtypes[0]
+        static: dict[str, int] = {}
+        for t in sig.inputs:
+            shape = inputs[t.name].shape
+            if len(shape) != len(t.shape):
+                raise CallError(
+                    f"{op}: input {t.name!r} has rank {len(shape)}, expected "
+                    f"{len(t.shape)} [{', '.join(t.shape)}]"
+                )
+            for dim, size in zip(t.shape, shape, strict=True):
+                if isinstance(size, int):
+                    if static.get(dim, size) != size:
+                        raise CallError(
+                            f"{op}: dim {dim} is {static[dim]} and {size}; one name means one size"
+                        )
+                    static[dim] = size
+        layouts = {t.name: inputs[t.name].layout for t in sig.inputs}
+        sel = self.select(op, dtype, layouts, static)
+        inst = self._first_that_builds(sel)
+        return CompiledOp(self, sig, dtype, layouts, inst, sel, strict)
+
+
+@dataclass
+class CompiledOp:
+    """A callable specialized once; each call checks the specialization's runtime guard."""
+
+    dispatcher: Dispatcher
+    op: OpSig
+    dtype: str
+    layouts: dict[str, str]
+    instance: Instance
+    selection: Selection
+    strict: bool
+    # (op, dtype, layouts, device, guard held) -> instance name: inspectable
+    cache: dict[tuple, str] = field(default_factory=dict)
+    redispatches: int = 0
+    _plans: dict[tuple, LaunchPlan] = field(default_factory=dict, repr=False)
+
+    def __call__(self, *args: Any, **attrs: float | int) -> Any:
+        names = [t.name for t in self.op.inputs]
+        if len(args) != len(names):
+            raise CallError(
+                f"{self.op.name}: takes {len(names)} inputs ({', '.join(names)}), got {len(args)}"
+            )
+        inputs = dict(zip(names, args, strict=True))
+        dtype, layouts = _call_types(self.op, inputs)
+        if dtype != self.dtype:
+            raise CallError(f"{self.op.name}: compiled for {self.dtype}, called with {dtype}")
+        for t in self.op.inputs:
+            if isinstance(inputs[t.name], cla.Array) and layouts[t.name] != self.layouts[t.name]:
+                raise CallError(
+                    f"{self.op.name}: compiled for {t.name} "
+                    f"{self.layouts[t.name]}-major, called with "
+                    f"{layouts[t.name]}-major"
+                )
+        dims = bind_dims(self.op, {k: tuple(a.shape) for k, a in inputs.items()})
+        d = self.dispatcher
+        inst = self.instance
+        holds = guard_holds(d.registry, inst, dims)
+        if not holds:
+            if self.strict:
+                shown = ", ".join(f"{k}={v}" for k, v in dims.items())
+                raise CallError(
+                    f"{self.op.name}: compiled for {inst.name}, whose guard "
+                    f"{inst.guard!r} does not hold for {shown} (strict mode)"
+                )
+            self.redispatches += 1
+            inst = d.choose(self.op.name, self.dtype, self.layouts, dims)
+        spec_key = (
+            self.op.name,
+            self.dtype,
+            tuple(sorted(self.layouts.items())),
+            d.profile.name,
+            holds,
+        )
+        self.cache.setdefault(spec_key, inst.name)
+        plan_key = (inst.name, tuple(sorted(dims.items())), tuple(sorted(attrs.items())))
+        plan = self._plans.get(plan_key)
+        if plan is None:
+            plan = d.runtime.plan(inst, dims, attrs)
+            self._plans[plan_key] = plan
+        return _unpack(self.op, d.execute(self.op, plan, inputs))
+
+
+def _unpack(op: OpSig, outs: Mapping[str, Any]) -> Any:
+    vals = tuple(outs[t.name] for t in op.outputs)
+    return vals[0] if len(vals) == 1 else vals
+
+
+# --- the default dispatcher, per queue ------------------------------------------------------
+
+_DISPATCHERS: dict[int, Dispatcher] = {}
+
+
+def dispatcher(queue: cl.CommandQueue | None = None) -> Dispatcher:
+    """The dispatcher of `queue`, or of the default device's queue when None."""
+    key = 0 if queue is None else queue.int_ptr
+    d = _DISPATCHERS.get(key)
+    if d is None:
+        d = Dispatcher.for_runtime(Runtime(queue))
+        _DISPATCHERS[key] = d
+    return d
+
+
+def call_op(
+    op: str, inputs: Sequence[Any], attrs: Mapping[str, Any], queue: cl.CommandQueue | None = None
+) -> Any:
+    """What every generated eager function calls: positional inputs in the spec's order."""
+    d = dispatcher(queue)
+    sig = d.registry.op(op)
+    if len(inputs) != len(sig.inputs):
+        raise CallError(f"{op}: takes {len(sig.inputs)} inputs, got {len(inputs)}")
+    try:
+        outs = d.call(
+            op,
+            {t.name: a for t, a in zip(sig.inputs, inputs, strict=True)},
+            {k: v for k, v in attrs.items() if v is not None},
+        )
+    except ClforgeError:
+        raise
+    except (TypeError, ValueError, np.exceptions.AxisError) as exc:  # last line of defence
+        raise CallError(f"{op}: {exc}") from None
+    return _unpack(sig, outs)

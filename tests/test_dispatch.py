@@ -1,0 +1,301 @@
+"""The dispatcher: selection on device profiles, guards, errors, eager and compiled calls."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+from generated import ops
+from generator import registry as registry_mod
+from generator.cli import main
+from generator.dispatch import ClforgeWarning, Dispatcher, TensorType, dispatcher
+from generator.errors import BuildError, CallError, DispatchError
+from generator.generate import generate
+from generator.paths import DEFAULT, Layout
+from generator.profile import DeviceProfile
+from generator.progcache import ProgramCache
+from generator.runtime import Runtime
+from generator.selection import chosen_or_raise, select
+
+FP64 = ("cl_khr_fp64",)
+POCL = DeviceProfile("AMD EPYC", "pocl", "cpu", "skylake-avx512", FP64, 524288, "global", 4096, 2)
+NVIDIA = DeviceProfile(
+    "NVIDIA H100", "nvidia", "gpu", "sm_90", (*FP64, "cl_khr_fp16"), 49152, "local", 1024, 132
+)
+TINY_GPU = DeviceProfile("Tiny", "amd", "gpu", "gfx90a", FP64, 1024, "local", 1024, 8)
+UNKNOWN = DeviceProfile(
+    "Mystery Accelerator", "unknown", "accelerator", None, (), 0, "global", 64, 1
+)
+REG = registry_mod.default()
+
+
+def chosen(
+    profile: DeviceProfile,
+    op: str,
+    dtype: str = "f32",
+    layouts: dict | None = None,
+    dims: dict | None = None,
+) -> str | None:
+    c = select(REG, profile, op, dtype, layouts or {}, dims or {}).chosen
+    return c.instance if c else None
+
+
+# --- selection -----------------------------------------------------------------------------
+
+
+def test_each_profile_gets_its_variant() -> None:
+    dims = {"M": 64, "N": 64, "K": 64}
+    assert chosen(NVIDIA, "matmul", dims=dims) == "matmul__gpu_tiled__f32__a_row__b_row"
+    assert chosen(POCL, "matmul", dims=dims) == "matmul__cpu_blocked__f32__a_row__b_row"
+    assert chosen(UNKNOWN, "matmul", dims=dims) == "matmul__generic__f32__a_row__b_row"
+    assert chosen(NVIDIA, "sum") == "sum__gpu_workgroup__f32"
+    assert chosen(POCL, "add") == "add__cpu__f32"
+
+
+def test_layout_and_dtype_steer_selection() -> None:
+    sel = select(REG, POCL, "matmul", "f32", {"a": "row", "b": "col"}, {})
+    assert sel.chosen and sel.chosen.instance == "matmul__generic__f32__a_row__b_col"
+    reasons = {c.variant: c.reason for c in sel.candidates}
+    assert reasons["cpu_blocked"] == "b is col-major; the variant takes it row-major"
+    assert chosen(POCL, "matmul", "f16") == "matmul__generic__f16__a_row__b_row"
+    reasons = {c.variant: c.reason for c in select(REG, POCL, "matmul", "f16", {}, {}).candidates}
+    assert reasons["cpu_blocked"] == "no f16 instance (variant covers f32, f64)"
+
+
+def test_requirements_are_checked() -> None:
+    sel = select(REG, TINY_GPU, "matmul", "f32", {}, {"M": 8, "N": 8, "K": 8})
+    reasons = {c.variant: c.reason for c in sel.candidates}
+    assert reasons["gpu_tiled"] == "needs local_mem_bytes >= 4096, the device has 1024"
+    assert sel.chosen and sel.chosen.variant == "generic"
+
+
+def test_guard_boundaries_and_priority() -> None:
+    for n, want in (
+        (8, "cpu_vec8"),
+        (16, "cpu_vec8"),
+        (0, "cpu_vec8"),
+        (7, "cpu"),
+        (9, "cpu"),
+        (1, "cpu"),
+    ):
+        sel = select(REG, POCL, "softmax", "f32", {}, {"M": 3, "N": n})
+        assert sel.chosen and sel.chosen.variant == want, n
+    sel = select(REG, POCL, "softmax", "f32", {}, {"M": 3, "N": 7})
+    reasons = {c.variant: c.reason for c in sel.candidates}
+    assert reasons["cpu_vec8"] == "guard 'N % VEC == 0' is false for N=7, VEC=8"
+
+
+def test_symbolic_dims_leave_the_guard_to_run_time() -> None:
+    sel = select(REG, POCL, "softmax", "f32", {}, {"M": 3})
+    assert sel.chosen and sel.chosen.variant == "cpu_vec8"
+    assert sel.chosen.runtime_guard == "N % VEC == 0"
+
+
+def test_no_candidate_lists_every_rejection() -> None:
+    sel = select(REG, UNKNOWN, "matmul", "f64", {}, {})
+    with pytest.raises(DispatchError) as err:
+        chosen_or_raise(sel)
+    text = str(err.value)
+    assert text.startswith("no instance fits this call:\nmatmul dtype=f64")
+    for variant in ("generic", "cpu_blocked", "gpu_tiled"):
+        assert variant in text
+    assert "needs cl_khr_fp64, which the device lacks" in text
+
+
+def test_explain_cli_text_and_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    profile = tmp_path / "gpu.yaml"
+    from generator.profile_io import dump_profile
+
+    profile.write_text(dump_profile(NVIDIA))
+    args = [
+        "explain",
+        "matmul",
+        "--dtype",
+        "f32",
+        "--layout",
+        "a=row,b=col",
+        "--dims",
+        "M=1000,N=512,K=64",
+        "--device",
+        str(profile),
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "gpu_tiled    CHOSEN" in out
+    assert out.rstrip().endswith("=> matmul__gpu_tiled__f32__a_row__b_col")
+    assert main([*args, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["chosen"] == "matmul__gpu_tiled__f32__a_row__b_col"
+    assert {c["variant"]: c["verdict"] for c in data["candidates"]} == {
+        "gpu_tiled": "chosen",
+        "generic": "eligible",
+        "cpu_blocked": "rejected",
+    }
+    assert main(["explain", "matmul", "--dims", "Q=3"]) == 2
+    assert "has no dim 'Q'" in capsys.readouterr().err
+
+
+# --- eager calls ---------------------------------------------------------------------------
+
+rng = np.random.default_rng(7)
+
+
+def test_eager_numpy_and_device_arrays() -> None:
+    a = rng.standard_normal((37, 19)).astype(np.float32)
+    b = rng.standard_normal((19, 23)).astype(np.float32)
+    np.testing.assert_allclose(ops.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    q = dispatcher().runtime.queue
+    c = ops.matmul(cla.to_device(q, a), cla.to_device(q, b))
+    assert isinstance(c, cla.Array)
+    np.testing.assert_allclose(c.get(), a @ b, rtol=1e-4, atol=1e-4)
+    x = rng.standard_normal(1001).astype(np.float64)
+    np.testing.assert_allclose(ops.relu(x), np.maximum(x, 0))
+
+
+def test_fortran_arrays_pick_col_instances() -> None:
+    a = np.asfortranarray(rng.standard_normal((30, 20)).astype(np.float32))
+    b = rng.standard_normal((20, 10)).astype(np.float32)
+    d = dispatcher()
+    plan = d.plan_for(d.registry.op("matmul"), {"a": a, "b": b}, {})
+    assert plan.inst.name == "matmul__cpu_blocked__f32__a_col__b_row"
+    np.testing.assert_allclose(ops.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_strided_numpy_is_copied_but_strided_device_array_is_refused() -> None:
+    x = rng.standard_normal(200).astype(np.float32)
+    np.testing.assert_allclose(ops.exp(x[::3]), np.exp(x[::3]), rtol=1e-5)
+    q = dispatcher().runtime.queue
+    m = cla.to_device(q, rng.standard_normal((8, 6)).astype(np.float32))
+    with pytest.raises(CallError, match="softmax: input 'x' has strides"):
+        ops.softmax(m[:, ::2])
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: ops.matmul(np.ones((3, 4), np.float32), np.ones((5, 2), np.float32)),
+            "matmul: dim K is 4 in a (shape (3, 4)) but 5 in b (shape (5, 2)); one name means "
+            "one size",
+        ),
+        (
+            lambda: ops.add(np.ones(3, np.float32), np.ones(4, np.float32)),
+            "add: dim N is 3 in a (shape (3,)) but 4 in b (shape (4,)); one name means one size",
+        ),
+        (
+            lambda: ops.add(np.ones(3, np.float32), np.ones(3, np.float64)),
+            "add: inputs have different dtypes (f32 and f64 for 'b'); cast one of them",
+        ),
+        (
+            lambda: ops.relu(np.ones(3, np.int64)),
+            "relu: input 'x' has dtype int64, which clforge does not support (supported: f16, "
+            "f32, f64, i32)",
+        ),
+        (
+            lambda: ops.relu(np.ones((2, 2), np.float32)),
+            "relu: input 'x' has rank 2 (shape (2, 2)), expected rank 1 [N]",
+        ),
+        (
+            lambda: ops.relu(np.ones(3, np.int32)),
+            "relu: dtype i32 is not supported (supported: f32, f64, f16)",
+        ),
+        (
+            lambda: ops.relu([1.0, 2.0]),
+            "relu: input 'x' is a list, not an array (pass a NumPy or pyopencl array)",
+        ),
+    ],
+)
+def test_bad_calls_fail_before_any_kernel(call, message: str) -> None:
+    with pytest.raises(CallError) as err:
+        call()
+    assert str(err.value) == message
+
+
+def test_empty_tensors() -> None:
+    assert ops.add(np.ones(0, np.float32), np.ones(0, np.float32)).shape == (0,)
+    np.testing.assert_array_equal(ops.sum(np.ones((4, 0), np.float32)), np.zeros(4))
+    out = ops.matmul(np.ones((3, 0), np.float32), np.ones((0, 2), np.float32))
+    np.testing.assert_array_equal(out, np.zeros((3, 2)))
+    assert ops.softmax(np.ones((0, 5), np.float32)).shape == (0, 5)
+
+
+def test_warm_calls_reuse_the_plan() -> None:
+    d = dispatcher()
+    x = rng.standard_normal(64).astype(np.float32)
+    ops.tanh(x)
+    before = d.cache_info()["plans"]
+    for _ in range(3):
+        ops.tanh(x)
+    assert d.cache_info()["plans"] == before
+
+
+# --- compiled entry points -----------------------------------------------------------------
+
+
+def _pocl_dispatcher() -> Dispatcher:
+    return Dispatcher(dispatcher().runtime, POCL)
+
+
+def test_compiled_reuses_and_redispatches_on_guard_failure() -> None:
+    d = _pocl_dispatcher()
+    f = d.compile("softmax", {"x": TensorType("f32", ("M", "N"))})
+    assert f.instance.name == "softmax__cpu_vec8__f32"
+    for n in (8, 64, 7, 16):
+        x = rng.standard_normal((5, n)).astype(np.float32)
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        np.testing.assert_allclose(f(x), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    assert f.redispatches == 1
+    assert sorted(f.cache.values()) == ["softmax__cpu__f32", "softmax__cpu_vec8__f32"]
+
+
+def test_compiled_strict_rejects_guard_failure() -> None:
+    f = _pocl_dispatcher().compile("softmax", {"x": TensorType("f32", ("M", "N"))}, strict=True)
+    f(np.ones((2, 8), np.float32))
+    with pytest.raises(CallError, match=r"guard 'N % VEC == 0' does not hold for M=2, N=7"):
+        f(np.ones((2, 7), np.float32))
+
+
+def test_compiled_checks_types_and_static_dims() -> None:
+    d = _pocl_dispatcher()
+    f = d.compile("matmul", {"a": TensorType("f32", ("M", 16)), "b": TensorType("f32", (16, "N"))})
+    assert f.instance.name == "matmul__cpu_blocked__f32__a_row__b_row"
+    with pytest.raises(CallError, match="compiled for f32, called with f64"):
+        f(np.ones((2, 16)), np.ones((16, 3)))
+    with pytest.raises(CallError, match="one name means one size"):
+        d.compile("matmul", {"a": TensorType("f32", ("M", 16)), "b": TensorType("f32", (8, "N"))})
+
+
+# --- build failures fall back ----------------------------------------------------------------
+
+
+@pytest.fixture
+def broken_tree(tmp_path: Path) -> Layout:
+    shutil.copytree(DEFAULT.specs, tmp_path / "specs")
+    shutil.copytree(DEFAULT.templates, tmp_path / "templates")
+    tree = Layout(tmp_path)
+    generate(tree)
+    cl = tree.generated / "kernels/relu/relu__cpu__f32.cl"
+    cl.write_text(cl.read_text().replace("const int start_", "syntax error here; int start_"))
+    return tree
+
+
+def test_build_failure_falls_back_to_the_next_candidate(broken_tree: Layout) -> None:
+    reg = registry_mod.load(broken_tree)
+    d = Dispatcher(Runtime(dispatcher().runtime.queue, reg, ProgramCache(None)), POCL)
+    x = rng.standard_normal(50).astype(np.float32)
+    with pytest.warns(ClforgeWarning, match="relu__cpu__f32 failed to build"):
+        np.testing.assert_allclose(d.call("relu", {"x": x})["y"], np.maximum(x, 0))
+    assert d.plan_for(reg.op("relu"), {"x": x}, {}).inst.name == "relu__generic__f32"
+    strict = Dispatcher(
+        Runtime(dispatcher().runtime.queue, reg, ProgramCache(None)), POCL, strict=True
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(BuildError, match="building relu__cpu__f32 failed"):
+            strict.call("relu", {"x": x})

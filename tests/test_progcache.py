@@ -1,0 +1,69 @@
+"""The program cache: in memory per context, on disk across processes, corrupt entries rebuilt."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyopencl as cl
+
+from generator.progcache import ProgramCache
+
+SCRIPT = """
+import json
+from generator.runtime import Runtime
+rt = Runtime()
+rt.kernel(rt.registry.instance("matmul__cpu_blocked__f32__a_row__b_row"))
+rt.kernel(rt.registry.instance("matmul__cpu_blocked__f32__a_row__b_row"))
+print(json.dumps(vars(rt.cache.stats)))
+"""
+
+
+def _run(cache: Path, pocl: Path) -> dict[str, int]:
+    env = {**os.environ, "CLFORGE_CACHE_DIR": str(cache), "POCL_CACHE_DIR": str(pocl)}
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, check=True, capture_output=True, text=True
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_loads_from_disk(tmp_path: Path) -> None:
+    cache, pocl = tmp_path / "cache", tmp_path / "pocl"
+    first = _run(cache, pocl)
+    assert first == {"memory_hits": 0, "disk_hits": 0, "builds": 1, "rebuilt_corrupt": 0}
+    entries = list(cache.glob("*.bin"))
+    assert len(entries) == 1 and entries[0].stat().st_size > 0
+    second = _run(cache, pocl)
+    assert second == {"memory_hits": 0, "disk_hits": 1, "builds": 0, "rebuilt_corrupt": 0}
+
+
+def test_corrupt_entry_is_rebuilt_and_replaced(tmp_path: Path) -> None:
+    cache, pocl = tmp_path / "cache", tmp_path / "pocl"
+    _run(cache, pocl)
+    (entry,) = cache.glob("*.bin")
+    entry.write_bytes(b"\x00garbage" * 10)
+    third = _run(cache, pocl)
+    assert third == {"memory_hits": 0, "disk_hits": 0, "builds": 1, "rebuilt_corrupt": 1}
+    assert _run(cache, pocl)["disk_hits"] == 1
+
+
+def test_key_covers_source_and_options(runtime) -> None:
+    dev = runtime.device
+    base = ProgramCache.key(dev, "kernel void f() {}", "")
+    assert ProgramCache.key(dev, "kernel void f() {}", "") == base
+    assert ProgramCache.key(dev, "kernel void g() {}", "") != base
+    assert ProgramCache.key(dev, "kernel void f() {}", "-cl-fast-relaxed-math") != base
+
+
+def test_memory_cache_is_per_context(runtime, tmp_path: Path) -> None:
+    cache = ProgramCache(tmp_path)
+    inst = runtime.registry.instance("add__generic__f32")
+    src = runtime.registry.source(inst)
+    p1 = cache.program(runtime.context, runtime.device, inst.name, src)
+    assert cache.program(runtime.context, runtime.device, inst.name, src) is p1
+    other = cl.Context([runtime.device])
+    assert cache.program(other, runtime.device, inst.name, src) is not p1
+    assert cache.stats.memory_hits == 1 and cache.stats.disk_hits == 1

@@ -1,0 +1,73 @@
+"""The named-instance entry point: the registry's contract is all a caller needs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+from generator.errors import CallError, ClforgeError
+from generator.runtime import geometry
+
+rng = np.random.default_rng(3)
+
+
+def test_launch_by_name_numpy_and_device(runtime) -> None:
+    a = rng.standard_normal((9, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 4)).astype(np.float32)
+    out = runtime.launch("matmul__generic__f32__a_col__b_row", {"a": a, "b": b})
+    np.testing.assert_allclose(out["c"], a @ b, rtol=1e-5, atol=1e-5)
+    q = runtime.queue
+    dev = runtime.launch(
+        "matmul__generic__f32__a_row__b_row", {"a": cla.to_device(q, a), "b": cla.to_device(q, b)}
+    )
+    assert isinstance(dev["c"], cla.Array)
+    np.testing.assert_allclose(dev["c"].get(), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_registry_contract_drives_geometry(registry) -> None:
+    inst = registry.instance("add__cpu__f32")
+    assert [a.name for a in inst.args] == ["a", "b", "c", "N"]
+    assert [a.kind for a in inst.args] == ["input", "input", "output", "dim"]
+    geo = geometry(registry, inst, {"N": 8195})
+    assert geo.global_size == (3,) and geo.local_size == (1,)
+    assert geometry(registry, inst, {"N": 0}).empty
+
+
+@pytest.mark.parametrize(
+    ("name", "inputs", "message"),
+    [
+        (
+            "softmax__cpu_vec8__f32",
+            {"x": np.ones((2, 7), np.float32)},
+            "softmax__cpu_vec8__f32: guard 'N % VEC == 0' does not hold for M=2, N=7",
+        ),
+        ("add__generic__f32", {"a": np.ones(3, np.float32)}, "add: missing input b (expects a, b)"),
+        (
+            "add__generic__f32",
+            {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32), "z": np.ones(3, np.float32)},
+            "add: unknown input z (expects a, b)",
+        ),
+        (
+            "add__generic__f64",
+            {"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)},
+            "add: input 'a' is float32, expected float64",
+        ),
+    ],
+)
+def test_launch_errors(runtime, name: str, inputs: dict, message: str) -> None:
+    with pytest.raises(CallError) as err:
+        runtime.launch(name, inputs)
+    assert str(err.value) == message
+
+
+def test_device_array_in_the_wrong_layout_is_refused(runtime) -> None:
+    a = cla.to_device(runtime.queue, np.ones((4, 3), np.float32))
+    b = cla.to_device(runtime.queue, np.ones((3, 2), np.float32))
+    with pytest.raises(CallError, match="is not col-major as needed"):
+        runtime.launch("matmul__generic__f32__a_col__b_row", {"a": a, "b": b})
+
+
+def test_unknown_instance(runtime) -> None:
+    with pytest.raises(ClforgeError, match="unknown instance 'nope'"):
+        runtime.launch("nope", {})
