@@ -39,9 +39,10 @@ def add(
 
     Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
     Returns: c [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/add.yaml.
     """
-    return call_op('add', (a, b), {}, queue)
+    return call_op('add', (a, b), {}, {}, queue)
 
 
 def div(
@@ -54,9 +55,10 @@ def div(
 
     Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
     Returns: c [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/div.yaml.
     """
-    return call_op('div', (a, b), {}, queue)
+    return call_op('div', (a, b), {}, {}, queue)
 
 
 def exp(
@@ -68,9 +70,10 @@ def exp(
 
     Inputs: x [N] (f32|f64|f16).
     Returns: y [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/exp.yaml.
     """
-    return call_op('exp', (x,), {}, queue)
+    return call_op('exp', (x,), {}, {}, queue)
 
 
 def gelu(
@@ -82,9 +85,10 @@ def gelu(
 
     Inputs: x [N] (f32|f64|f16).
     Returns: y [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/gelu.yaml.
     """
-    return call_op('gelu', (x,), {}, queue)
+    return call_op('gelu', (x,), {}, {}, queue)
 
 
 def matmul(
@@ -97,9 +101,10 @@ def matmul(
 
     Inputs: a [M, K] (f32|f64|f16; row|col-major), b [K, N] (f32|f64|f16; row|col-major).
     Returns: c [M, N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/matmul.yaml.
     """
-    return call_op('matmul', (a, b), {}, queue)
+    return call_op('matmul', (a, b), {}, {}, queue)
 
 
 def maximum(
@@ -112,9 +117,10 @@ def maximum(
 
     Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
     Returns: c [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/maximum.yaml.
     """
-    return call_op('maximum', (a, b), {}, queue)
+    return call_op('maximum', (a, b), {}, {}, queue)
 
 
 def minimum(
@@ -127,9 +133,10 @@ def minimum(
 
     Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
     Returns: c [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/minimum.yaml.
     """
-    return call_op('minimum', (a, b), {}, queue)
+    return call_op('minimum', (a, b), {}, {}, queue)
 
 
 def mul(
@@ -142,9 +149,10 @@ def mul(
 
     Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
     Returns: c [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/mul.yaml.
     """
-    return call_op('mul', (a, b), {}, queue)
+    return call_op('mul', (a, b), {}, {}, queue)
 
 
 def relu(
@@ -156,9 +164,10 @@ def relu(
 
     Inputs: x [N] (f32|f64|f16).
     Returns: y [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/relu.yaml.
     """
-    return call_op('relu', (x,), {}, queue)
+    return call_op('relu', (x,), {}, {}, queue)
 
 
 def sigmoid(
@@ -170,9 +179,10 @@ def sigmoid(
 
     Inputs: x [N] (f32|f64|f16).
     Returns: y [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/sigmoid.yaml.
     """
-    return call_op('sigmoid', (x,), {}, queue)
+    return call_op('sigmoid', (x,), {}, {}, queue)
 
 
 def softmax(
@@ -184,9 +194,10 @@ def softmax(
 
     Inputs: x [M, N] (f32|f64|f16).
     Returns: y [M, N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/softmax.yaml.
     """
-    return call_op('softmax', (x,), {}, queue)
+    return call_op('softmax', (x,), {}, {}, queue)
 
 
 def sub(
@@ -199,9 +210,10 @@ def sub(
 
     Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
     Returns: c [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/sub.yaml.
     """
-    return call_op('sub', (a, b), {}, queue)
+    return call_op('sub', (a, b), {}, {}, queue)
 
 
 def sum(
@@ -213,9 +225,10 @@ def sum(
 
     Inputs: x [M, N] (f32|f64|f16).
     Returns: y [M] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/sum.yaml.
     """
-    return call_op('sum', (x,), {}, queue)
+    return call_op('sum', (x,), {}, {}, queue)
 
 
 def tanh(
@@ -227,6 +240,7 @@ def tanh(
 
     Inputs: x [N] (f32|f64|f16).
     Returns: y [N] (f32|f64|f16).
+    Calling convention: direct (arrays shaped exactly as the spec says).
     Spec: specs/tanh.yaml.
     """
-    return call_op('tanh', (x,), {}, queue)
+    return call_op('tanh', (x,), {}, {}, queue)

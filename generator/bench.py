@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyopencl.array as cla
 
-from . import reference
+from . import references as reference
 from .dispatch import dispatcher
 from .dtypes import DTYPES
 
@@ -148,7 +148,7 @@ def bench_throughput(repeats: int = 5) -> list[dict[str, object]]:
         np_in = dict(host)
         inner = 1 if case.work(case.sizes) > 1e9 else 3
         t_np = (
-            median_time(lambda f=np_fn, x=np_in: f(x), lambda: None, repeats, inner)
+            median_time(lambda f=np_fn, x=np_in: f(x, {}), lambda: None, repeats, inner)
             if case.numpy
             else float("nan")
         )

@@ -33,15 +33,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 1
     if args.check:
-        print(f"generated/ is up to date ({p.unchanged} files)")
+        print(f"generated files are up to date ({p.unchanged} files)")
     else:
         print(
-            f"generated/: {len(p.write)} written, {len(p.remove)} removed, {p.unchanged} unchanged"
+            f"generated: {len(p.write)} written, {len(p.remove)} removed, {p.unchanged} unchanged"
         )
         for rel in p.write:
-            print(f"  wrote   generated/{rel}")
+            print(f"  wrote   {rel}")
         for rel in p.remove:
-            print(f"  removed generated/{rel}")
+            print(f"  removed {rel}")
     return 0
 
 

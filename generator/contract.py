@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-ArgKind = Literal["input", "output", "dim", "attr"]
+ArgKind = Literal["input", "output", "dim", "stride", "attr"]
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,9 @@ class TensorSig:
     shape: tuple[str, ...]
     dtype: str | None = None  # fixed dtype; None means the instance's dtype
     layouts: tuple[str, ...] = ("row",)
+    broadcast: bool = False  # size-1 axes stretch; the kernel gets per-axis element strides
+    optional: bool = False  # may be omitted, then filled with `fill`
+    fill: int | float | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class OpSig:
     attrs: tuple[AttrSig, ...]
     dtypes: tuple[str, ...]
     spec: str  # the spec file, relative to the tree's root
+    derived: tuple[tuple[str, str], ...] = ()  # (dim, expression over dims and int attrs)
+    checks: tuple[tuple[str, str], ...] = ()  # (condition, message) checked on every call
+    call: str = "direct"  # the eager function's calling convention
 
     def tensor(self, name: str) -> TensorSig:
         for t in self.inputs + self.outputs:
@@ -49,12 +55,17 @@ class OpSig:
 
 @dataclass(frozen=True)
 class Arg:
-    """One kernel argument, in order: a buffer (input/output) or a scalar (dim/attr)."""
+    """One kernel argument, in order: a buffer (input/output) or a scalar (dim, stride, attr).
+
+    A stride is the element stride of axis `axis` of broadcast input `tensor` (0 where the
+    axis stretches)."""
 
     kind: ArgKind
     name: str
     ctype: str  # OpenCL C type of the element (buffers) or of the value (scalars)
     dtype: str | None = None  # clforge dtype of a buffer's elements
+    tensor: str | None = None  # strides: the tensor
+    axis: int | None = None  # strides: the axis
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from . import reference
+from . import references as reference
 from .dispatch import dispatcher
 from .dtypes import DTYPES
 from .selection import describe

@@ -21,9 +21,12 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from .binding import array_dtype, array_layout, bind_dims, check_names
+from .binding import array_dtype, bind_dims, check_names, int_attrs, resolve_attrs
 from .contract import Instance, OpSig
+from .conventions import CONVENTIONS
+from .dtypes import DTYPES
 from .errors import BuildError, CallError, ClforgeError, DispatchError
+from .layouts import array_layout
 from .profile import DeviceProfile
 from .registry import Registry
 from .runtime import LaunchPlan, Runtime, guard_holds
@@ -43,11 +46,16 @@ class TensorType:
     layout: str = "row"
 
 
-def _call_types(op: OpSig, inputs: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
-    """The call's instance dtype and the layouts of its inputs, from the arrays."""
+def _call_types(
+    op: OpSig, inputs: Mapping[str, Any], partial: bool = False
+) -> tuple[str, dict[str, str]]:
+    """The call's instance dtype and the layouts of its inputs, from the arrays (with partial,
+    inputs not given are skipped)."""
     dtype: str | None = None
     layouts: dict[str, str] = {}
     for t in op.inputs:
+        if partial and t.name not in inputs:
+            continue
         arr = inputs[t.name]
         d = array_dtype(op, t.name, arr)
         if t.dtype is not None:
@@ -66,15 +74,15 @@ def _call_types(op: OpSig, inputs: Mapping[str, Any]) -> tuple[str, dict[str, st
                 f"{tuple(arr.shape)}), expected rank {len(t.shape)} "
                 f"[{', '.join(t.shape)}]"
             )
-        lay = array_layout(arr) if arr.size else "row"
-        if lay not in t.layouts:
+        lay = array_layout(arr, t.layouts) if arr.size else t.layouts[0]
+        if lay is None:
             if isinstance(arr, cla.Array):
                 raise CallError(
                     f"{op.name}: input {t.name!r} has strides {arr.strides} for "
                     f"shape {arr.shape}; the op takes it "
                     f"{' or '.join(t.layouts)}-major: pass a contiguous copy"
                 )
-            lay = "row"  # NumPy inputs are copied anyway: copy into row-major
+            lay = t.layouts[0]  # NumPy inputs are copied anyway: copy into the first layout
         layouts[t.name] = lay
     if dtype is None:
         dtype = op.dtypes[0]
@@ -83,6 +91,24 @@ def _call_types(op: OpSig, inputs: Mapping[str, Any]) -> tuple[str, dict[str, st
             f"{op.name}: dtype {dtype} is not supported (supported: {', '.join(op.dtypes)})"
         )
     return dtype, layouts
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A call's sizes: dims (derived ones included), attribute values, the guard environment
+    (dims and int attributes) and the inputs' shapes."""
+
+    dims: dict[str, int]
+    attrs: dict[str, float | int]
+    env: dict[str, int]
+    shapes: dict[str, tuple[int, ...]]
+
+
+def bind(op: OpSig, inputs: Mapping[str, Any], attrs: Mapping[str, float | int]) -> Bound:
+    shapes = {k: tuple(a.shape) for k, a in inputs.items()}
+    values = resolve_attrs(op, attrs)
+    dims = bind_dims(op, shapes, values)
+    return Bound(dims, values, {**dims, **int_attrs(op, values)}, shapes)
 
 
 @dataclass
@@ -216,9 +242,9 @@ class Dispatcher:
                     "array (pass a NumPy or pyopencl array)"
                 )
         dtype, layouts = _call_types(op, inputs)
-        dims = bind_dims(op, {k: tuple(a.shape) for k, a in inputs.items()})
-        inst = self.choose(op.name, dtype, layouts, dims)
-        return self.runtime.plan(inst, dims, attrs)
+        b = bind(op, inputs, attrs)
+        inst = self.choose(op.name, dtype, layouts, b.env)
+        return self.runtime.plan(inst, b.dims, b.attrs, b.shapes)
 
     def cache_info(self) -> dict[str, int]:
         return {
@@ -294,19 +320,19 @@ class CompiledOp:
                     f"{self.layouts[t.name]}-major, called with "
                     f"{layouts[t.name]}-major"
                 )
-        dims = bind_dims(self.op, {k: tuple(a.shape) for k, a in inputs.items()})
+        b = bind(self.op, inputs, attrs)
         d = self.dispatcher
         inst = self.instance
-        holds = guard_holds(d.registry, inst, dims)
+        holds = guard_holds(d.registry, inst, b.env)
         if not holds:
             if self.strict:
-                shown = ", ".join(f"{k}={v}" for k, v in dims.items())
+                shown = ", ".join(f"{k}={v}" for k, v in b.env.items())
                 raise CallError(
                     f"{self.op.name}: compiled for {inst.name}, whose guard "
                     f"{inst.guard!r} does not hold for {shown} (strict mode)"
                 )
             self.redispatches += 1
-            inst = d.choose(self.op.name, self.dtype, self.layouts, dims)
+            inst = d.choose(self.op.name, self.dtype, self.layouts, b.env)
         spec_key = (
             self.op.name,
             self.dtype,
@@ -315,10 +341,10 @@ class CompiledOp:
             holds,
         )
         self.cache.setdefault(spec_key, inst.name)
-        plan_key = (inst.name, tuple(sorted(dims.items())), tuple(sorted(attrs.items())))
+        plan_key = (inst.name, tuple(sorted(b.shapes.items())), tuple(sorted(attrs.items())))
         plan = self._plans.get(plan_key)
         if plan is None:
-            plan = d.runtime.plan(inst, dims, attrs)
+            plan = d.runtime.plan(inst, b.dims, b.attrs, b.shapes)
             self._plans[plan_key] = plan
         return _unpack(self.op, d.execute(self.op, plan, inputs))
 
@@ -343,22 +369,50 @@ def dispatcher(queue: cl.CommandQueue | None = None) -> Dispatcher:
     return d
 
 
+def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
+    """`inputs` with every omitted optional input made, filled with its `fill` value."""
+    missing = [t for t in op.inputs if t.name not in inputs]
+    if not missing:
+        return inputs
+    required = [t.name for t in missing if not t.optional]
+    if required:
+        raise CallError(f"{op.name}: missing input {', '.join(required)}")
+    present = {t.name: inputs[t.name] for t in op.inputs if t.name in inputs}
+    dtype, _ = _call_types(op, present, partial=True)
+    dims = bind_dims(op, {k: tuple(a.shape) for k, a in present.items()})
+    on_device = any(isinstance(a, cla.Array) for a in present.values())
+    out = dict(inputs)
+    for t in missing:
+        shape = tuple(dims[x] for x in t.shape)
+        np_dtype = DTYPES[t.dtype or dtype].np_dtype
+        host = np.full(shape, t.fill if t.fill is not None else 0, np_dtype)
+        out[t.name] = cla.to_device(d.runtime.queue, host) if on_device else host
+    return out
+
+
 def call_op(
-    op: str, inputs: Sequence[Any], attrs: Mapping[str, Any], queue: cl.CommandQueue | None = None
+    op: str,
+    inputs: Sequence[Any],
+    attrs: Mapping[str, Any],
+    options: Mapping[str, Any] | None = None,
+    queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """What every generated eager function calls: positional inputs in the spec's order."""
+    """What every generated eager function calls: positional inputs in the spec's order,
+    attributes, and the options of the op's calling convention."""
     d = dispatcher(queue)
     sig = d.registry.op(op)
     if len(inputs) != len(sig.inputs):
         raise CallError(f"{op}: takes {len(sig.inputs)} inputs, got {len(inputs)}")
+    given = {t.name: a for t, a in zip(sig.inputs, inputs, strict=True)}
     try:
+        canon = CONVENTIONS[sig.call].canonical(sig, given, options or {})
         outs = d.call(
             op,
-            {t.name: a for t, a in zip(sig.inputs, inputs, strict=True)},
-            {k: v for k, v in attrs.items() if v is not None},
+            _filled(d, sig, canon.inputs),
+            {**canon.attrs, **{k: v for k, v in attrs.items() if v is not None}},
         )
     except ClforgeError:
         raise
     except (TypeError, ValueError, np.exceptions.AxisError) as exc:  # last line of defence
         raise CallError(f"{op}: {exc}") from None
-    return _unpack(sig, outs)
+    return _unpack(sig, canon.finish(outs))

@@ -81,7 +81,9 @@ class StaleError(GenerationError):
     def __init__(self, paths: list[str]) -> None:
         self.paths = tuple(paths)
         listing = "\n".join(f"  {p}" for p in self.paths)
-        super().__init__(f"generated/ is stale; run `make generate`. Differing files:\n{listing}")
+        super().__init__(
+            f"generated files are stale; run `make generate`. Differing files:\n{listing}"
+        )
 
 
 class CallError(ClforgeError):

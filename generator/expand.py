@@ -15,11 +15,17 @@ _LIMIT = re.compile(r"\s*(>=|<=|==|>|<)\s*([0-9]+)\s*")
 
 
 def op_signature(loaded: LoadedSpec) -> OpSig:
-    spec = loaded.spec
+    return signature_of(loaded.spec, loaded.path)
+
+
+def signature_of(spec: OpSpec, path: str) -> OpSig:
 
     def tensors(group: dict) -> tuple[TensorSig, ...]:
         return tuple(
-            TensorSig(name, t.shape, t.dtype, spec.layouts_of(name)) for name, t in group.items()
+            TensorSig(
+                name, t.shape, t.dtype, spec.layouts_of(name), t.broadcast, t.optional, t.fill
+            )
+            for name, t in group.items()
         )
 
     return OpSig(
@@ -30,7 +36,10 @@ def op_signature(loaded: LoadedSpec) -> OpSig:
         outputs=tensors(spec.outputs),
         attrs=tuple(AttrSig(n, a.type, a.default) for n, a in spec.attrs.items()),
         dtypes=spec.dtypes,
-        spec=loaded.path,
+        spec=path,
+        derived=tuple(spec.derived.items()),
+        checks=tuple((c.expr, c.message) for c in spec.checks),
+        call=spec.call,
     )
 
 
@@ -49,6 +58,12 @@ def _args(spec: OpSpec, dtype: str) -> tuple[Arg, ...]:
             d = DTYPES[t.dtype or dtype]
             out.append(Arg(kind, name, d.cl, d.name))  # type: ignore[arg-type]
     out.extend(Arg("dim", d, "int") for d in spec.dims)
+    for name, t in spec.inputs.items():
+        if t.broadcast:
+            out.extend(
+                Arg("stride", f"{name}_s{k}", "int", tensor=name, axis=k)
+                for k in range(len(t.shape))
+            )
     compute = DTYPES[dtype].compute if DTYPES[dtype].is_float else "float"
     out.extend(Arg("attr", n, "int" if a.type == "int" else compute) for n, a in spec.attrs.items())
     return tuple(out)

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import DeviceError
 
@@ -196,7 +196,8 @@ def split_device_name(
 
 
 # Intel GPU generations by graphics IP (major, minor), named as Intel's offline compiler (ocloc)
-# names device families. Sources: compute-runtime's hw_ip_version.h / platforms.h.
+# names releases. Source: compute-runtime's AOT platforms.h (PRODUCT_CONFIG values, RELEASE
+# acronyms), which also gives Gen9 (9.x) and Gen11 (11.x) in the current encoding.
 _INTEL_IP_ARCH: dict[tuple[int, int], str] = {
     (12, 0): "gen12lp",  # Tiger Lake
     (12, 1): "gen12lp",  # Rocket Lake
@@ -209,14 +210,15 @@ _INTEL_IP_ARCH: dict[tuple[int, int], str] = {
     (12, 56): "xe-hpg",
     (12, 57): "xe-hpg",
     (12, 60): "xe-hpc",  # Ponte Vecchio (Data Center GPU Max)
-    (12, 61): "xe-hpc",
+    (12, 61): "xe-hpc-vg",
     (12, 70): "xe-lpg",  # Meteor Lake
     (12, 71): "xe-lpg",
-    (12, 74): "xe-lpg",  # Arrow Lake
+    (12, 74): "xe-lpgplus",  # Arrow Lake-H
     (20, 1): "xe2-hpg",  # Battlemage (Arc B-series)
     (20, 2): "xe2-hpg",
     (20, 4): "xe2-lpg",  # Lunar Lake
     (30, 0): "xe3-lpg",  # Panther Lake
+    (30, 1): "xe3-lpg",
 }
 
 
@@ -225,7 +227,7 @@ def intel_ip_version(value: int) -> tuple[int, int, int]:
 
     Current drivers encode the GMD id: architecture in bits 31..22, release in 21..14, revision
     in 5..0 (clinfo prints these values as if they were a cl_version, e.g. 12.224.5 for 12.56.5).
-    Older drivers (Gen9 to Gen12) used (major << 16) | (minor << 8) | revision.
+    Older drivers used (major << 16) | (minor << 8) | revision, which leaves bits 31..22 zero.
     """
     if value >> 22:
         return value >> 22, (value >> 14) & 0xFF, value & 0x3F
@@ -262,7 +264,7 @@ _INTEL_PCI_ARCH: dict[str, str] = {
     "56": "xe-hpg",  # DG2: Arc A-series, Flex
     "e2": "xe2-hpg",  # Battlemage
     "64": "xe2-lpg",  # Lunar Lake
-    "7d": "xe-lpg",  # Meteor Lake, Arrow Lake
+    "7d": "xe-lpg",  # Meteor Lake (and Arrow Lake, whose IP says xe-lpgplus)
     "9a": "gen12lp",  # Tiger Lake
     "46": "gen12lp",  # Alder Lake
     "a7": "gen12lp",  # Raptor Lake
@@ -339,7 +341,7 @@ def query_uint(dev: cl.Device, param: int) -> int | None:
     those go to clGetDeviceInfo directly through ctypes.
     """
     try:
-        value = dev.get_info(param)
+        value = dev.get_info(cast(Any, param))
     except Exception:  # pyopencl raises LogicError/RuntimeError/ValueError by version
         value = None
     if isinstance(value, int) and not isinstance(value, bool):
@@ -356,7 +358,7 @@ def query_uint(dev: cl.Device, param: int) -> int | None:
 
 def _query_str(dev: cl.Device, param: int) -> str:
     try:
-        value = dev.get_info(param)
+        value = dev.get_info(cast(Any, param))
     except Exception:  # an unknown or unanswered query reads as absent
         return ""
     return value.strip() if isinstance(value, str) else ""
@@ -441,7 +443,7 @@ def _read(dev: cl.Device) -> DeviceProfile:
             raw["ip_version"] = f"{ip:#x}"
 
     widths = tuple(
-        (t, int(dev.get_info(getattr(info, f"PREFERRED_VECTOR_WIDTH_{t.upper()}"))))
+        (t, int(cast(int, dev.get_info(getattr(info, f"PREFERRED_VECTOR_WIDTH_{t.upper()}")))))
         for t in VECTOR_TYPES
     )
     subgroups = any(e in extensions for e in SUBGROUP_EXTENSIONS) or (

@@ -29,7 +29,8 @@ from .source import LocList, LocMap, YamlProblem, load_yaml, locate
 
 PROFILES_DIR = ROOT / "profiles"
 HEADER = (
-    '# A clforge device profile (README.md, "Device profiles"). Check with `clforge profile`.\n'
+    '# A clforge device profile: see README.md, "Device profiles".\n'
+    "# `clforge profile --device <this file>` checks it and prints it back.\n"
 )
 FIELDS = tuple(f.name for f in dataclasses.fields(DeviceProfile))
 REQUIRED = tuple(
@@ -63,7 +64,9 @@ class _Checker:
         self.tree = tree
         self.diags: list[Diagnostic] = []
 
-    def add(self, keys: tuple[int | str, ...], rule: str, message: str, *, at_key: bool = False):
+    def add(
+        self, keys: tuple[int | str, ...], rule: str, message: str, *, at_key: bool = False
+    ) -> None:
         loc = locate(self.tree, keys, at_key=at_key) or Location(self.path)
         self.diags.append(Diagnostic(loc, rule, message))
 

@@ -22,15 +22,17 @@ import pyopencl.array as cla
 from . import registry as registry_mod
 from .binding import (
     array_dtype,
-    array_layout,
     bind_dims,
     check_names,
     element_dtype,
-    layout_strides,
+    element_strides,
+    int_attrs,
+    resolve_attrs,
 )
 from .contract import Instance, OpSig
 from .device import default_device
 from .errors import CallError
+from .layouts import array_layout, layout_strides, storage_view
 from .progcache import ProgramCache
 from .registry import Registry
 
@@ -63,9 +65,10 @@ def geometry(reg: Registry, inst: Instance, dims: Mapping[str, int]) -> Geometry
     return Geometry(gs, ls)
 
 
-def guard_holds(reg: Registry, inst: Instance, dims: Mapping[str, int]) -> bool:
+def guard_holds(reg: Registry, inst: Instance, env: Mapping[str, int]) -> bool:
+    """Whether `inst`'s guard holds for `env` (the dims and the int attributes)."""
     guard = reg.exprs(inst).guard
-    return guard is None or guard.holds({**dims, **inst.param_map})
+    return guard is None or guard.holds({**env, **inst.param_map})
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,11 +120,22 @@ class Runtime:
     # --- planning and running ---------------------------------------------------------------
 
     def plan(
-        self, inst: Instance, dims: Mapping[str, int], attrs: Mapping[str, float | int]
+        self,
+        inst: Instance,
+        dims: Mapping[str, int],
+        attrs: Mapping[str, float | int],
+        shapes: Mapping[str, tuple[int, ...]] | None = None,
     ) -> LaunchPlan:
+        """Everything about a launch but the arrays. `shapes` (the inputs' shapes) give the
+        strides of broadcast inputs; without them every input has the full shape."""
         op = self.registry.op(inst.op)
         geo = geometry(self.registry, inst, dims)
-        scalars = self._scalars(op, dims, attrs)
+        scalars: dict[str, float | int] = {**dims, **resolve_attrs(op, attrs)}
+        for t in op.inputs:
+            if t.broadcast:
+                shape = tuple(shapes[t.name]) if shapes else tuple(dims[d] for d in t.shape)
+                for k, st in enumerate(element_strides(shape, inst.layout_of(t.name))):
+                    scalars[f"{t.name}_s{k}"] = st
         args: list[Any] = []
         buffers: list[tuple[int, str]] = []
         for i, a in enumerate(inst.args):
@@ -162,25 +176,6 @@ class Runtime:
         )
         return outs
 
-    @staticmethod
-    def _scalars(
-        op: OpSig, dims: Mapping[str, int], attrs: Mapping[str, float | int]
-    ) -> dict[str, float | int]:
-        defaults = {a.name: a.default for a in op.attrs}
-        unknown = sorted(set(attrs) - set(defaults))
-        if unknown:
-            raise CallError(
-                f"{op.name}: unknown attribute {', '.join(unknown)} (expects "
-                f"{', '.join(defaults) or 'none'})"
-            )
-        values: dict[str, float | int] = dict(dims)
-        for name, default in defaults.items():
-            value = attrs.get(name, default)
-            if value is None:
-                raise CallError(f"{op.name}: attribute {name!r} has no default; pass it")
-            values[name] = value
-        return values
-
     # --- the named-instance entry point -----------------------------------------------------
 
     def launch(
@@ -200,11 +195,14 @@ class Runtime:
             t.name: self.to_device(op, inst.dtype, t.name, inputs[t.name], inst.layout_of(t.name))
             for t in op.inputs
         }
-        dims = bind_dims(op, {k: a.shape for k, a in arrays.items()})
-        if not guard_holds(reg, inst, dims):
-            shown = ", ".join(f"{k}={v}" for k, v in dims.items())
+        shapes = {k: tuple(a.shape) for k, a in arrays.items()}
+        values = resolve_attrs(op, attrs or {})
+        dims = bind_dims(op, shapes, values)
+        env = {**dims, **int_attrs(op, values)}
+        if not guard_holds(reg, inst, env):
+            shown = ", ".join(f"{k}={v}" for k, v in env.items())
             raise CallError(f"{inst.name}: guard {inst.guard!r} does not hold for {shown}")
-        outs = self.run(self.plan(inst, dims, attrs or {}), arrays)
+        outs = self.run(self.plan(inst, dims, values, shapes), arrays)
         if on_device:
             return outs
         return {k: v.get() for k, v in outs.items()}
@@ -228,7 +226,7 @@ class Runtime:
         host = np.asarray(arr)
         if host.dtype != want.np_dtype:
             raise CallError(f"{op.name}: input {name!r} is {host.dtype}, expected {want.numpy}")
-        storage = np.ascontiguousarray(_storage_view(host, layout))
+        storage = np.ascontiguousarray(storage_view(host, layout))
         out = cla.empty(
             self.queue,
             host.shape,
@@ -238,8 +236,3 @@ class Runtime:
         if host.size:
             cl.enqueue_copy(self.queue, out.base_data, storage)
         return out
-
-
-def _storage_view(arr: np.ndarray, layout: str) -> np.ndarray:
-    """The view of `arr` whose C order is the memory order of `layout`."""
-    return np.swapaxes(arr, -1, -2) if layout == "col" and arr.ndim >= 2 else arr

@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -21,11 +22,14 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonDict
 
+from .conventions_names import CONVENTION_NAMES
 from .dtypes import DTYPE_NAMES
+from .layouts import LAYOUT_NAMES
 from .targets import DEVICE_TYPES, VENDORS
 
 DTypeName = Literal[DTYPE_NAMES]  # type: ignore[valid-type]
-LayoutName = Literal["row", "col"]
+LayoutName = Literal[LAYOUT_NAMES]  # type: ignore[valid-type]
+ConventionName = Literal[CONVENTION_NAMES]  # type: ignore[valid-type]
 AttrType = Literal["int", "float"]
 DeviceType = Literal["cpu", "gpu", "accelerator"]
 LimitExpr = Annotated[StrictStr, Field(pattern=r"^\s*(>=|<=|==|>|<)\s*[0-9]+\s*$")]
@@ -67,6 +71,17 @@ class TensorSpec(_Model):
     dtype: DTypeName | None = Field(
         None, description="fixed element type (e.g. i32 indices); default: the instance's dtype"
     )
+    broadcast: StrictBool = Field(
+        False,
+        description="inputs only: size-1 axes stretch like NumPy broadcasting; the kernel gets "
+        "the element stride of every axis as <name>_s<axis> (0 on stretched axes)",
+    )
+    optional: StrictBool = Field(
+        False, description="inputs only: a call may omit it; it is then filled with `fill`"
+    )
+    fill: StrictInt | StrictFloat | None = Field(
+        None, description="the value of every element of an omitted optional input"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -83,6 +98,13 @@ class AttrSpec(_Model):
         None, description="value used when a call does not pass it; none: the call must"
     )
     doc: StrictStr = Field("", description="what the attribute means")
+
+
+class CheckSpec(_Model):
+    """A precondition on a call's sizes and int attributes, checked before any kernel runs."""
+
+    expr: StrictStr = Field(description="a condition in the guard language over dims and attrs")
+    message: StrictStr = Field(description="what the caller did wrong, shown when it fails")
 
 
 class Requires(_Model):
@@ -111,6 +133,7 @@ class VariantSpec(_Model):
 
     name: StrictStr = Field(description="a C identifier, unique within the op")
     arch: tuple[StrictStr, ...] = Field(
+        min_length=1,
         description=f"targets, one or a list: generic | a device type ({', '.join(DEVICE_TYPES)}) "
         f"| a vendor ({', '.join(VENDORS)}) | arch:<name> | device:<name>",
         json_schema_extra=_arch_schema,
@@ -175,6 +198,19 @@ class OpSpec(_Model):
     )
     attrs: dict[StrictStr, AttrSpec] = Field(
         default_factory=dict, description="scalar arguments by name"
+    )
+    derived: dict[StrictStr, StrictStr] = Field(
+        default_factory=dict,
+        description="dims computed from other dims and int attrs (e.g. a convolution's output "
+        "size), as integer expressions in the guard language",
+    )
+    checks: tuple[CheckSpec, ...] = Field(
+        (), description="preconditions on each call's sizes and int attrs"
+    )
+    call: ConventionName = Field(
+        "direct",
+        description="the Python calling convention of the eager function (README, 'Calling "
+        "conventions'): how arrays of any shape map to the op's dims",
     )
     dtypes: tuple[DTypeName, ...] = Field(min_length=1, description="element types the op supports")
     layouts: dict[StrictStr, tuple[LayoutName, ...]] = Field(

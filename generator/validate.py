@@ -7,6 +7,7 @@ the meaning that spans fields (names, dims, guards, templates, coverage).
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import re
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from yaml.reader import Reader
 
 from . import guards
 from .errors import Diagnostic, GuardError, Location, SpecError
@@ -25,6 +27,7 @@ from .names import identifier_problem
 from .paths import DEFAULT, Layout
 from .source import LocMap, YamlProblem, load_yaml, locate
 from .spec import OpSpec, VariantSpec
+from .layouts import LAYOUTS
 from .targets import Level, Target, parse_target
 
 Path_ = tuple[int | str, ...]
@@ -53,10 +56,19 @@ class _Collector:
         self.diags.append(Diagnostic(loc, rule, message))
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
 def _dotted(keys: Path_) -> str:
+    """`variants[0].launch`; keys that are not plain names are quoted: `inputs['a;b']`."""
     out = ""
     for k in keys:
-        out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
+        if isinstance(k, int):
+            out += f"[{k}]"
+        elif not _PLAIN_KEY.match(str(k)):
+            out += f"[{str(k)!r}]"
+        else:
+            out += f".{k}" if out else str(k)
     return out or "(top level)"
 
 
@@ -94,31 +106,106 @@ def _unwrap(ann: Any) -> Any:
     return ann
 
 
+_TYPE_NAMES = {
+    "str": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean",
+    "NoneType": "null",
+    "LocList": "a list",
+    "LocMap": "a mapping",
+    "list": "a list",
+    "dict": "a mapping",
+}
+# pydantic's words for Python types, in the words of YAML
+_WORDS = (("valid tuple", "list"), ("valid dictionary", "mapping"), ("tuple", "list"))
+
+
+def _type_name(value: Any) -> str:
+    name = type(value).__name__
+    return _TYPE_NAMES.get(name, name)
+
+
+def _union_tag(tree: Any, keys: Path_, i: int) -> bool:
+    """Whether keys[i] is a tag pydantic adds for a member of a union (`str`, `int`, ...)
+    rather than a key that exists in the spec."""
+    key = keys[i]
+    if not isinstance(key, str) or key not in _TYPE_NAMES:
+        return False
+    node = tree
+    for k in keys[:i]:
+        try:
+            node = node[k]
+        except (KeyError, IndexError, TypeError):
+            return False
+    return not (isinstance(node, dict) and key in node)
+
+
 def _pydantic_diags(col: _Collector, err: ValidationError) -> None:
+    errors = []
+    unions: dict[Path_, list[str]] = {}  # a value checked against each member of a union
     for e in err.errors(include_url=False):
-        keys: Path_ = tuple(
+        raw: Path_ = tuple(
             k for k in e["loc"] if not (isinstance(k, str) and k.startswith("function-"))
         )
+        keys = tuple(k for i, k in enumerate(raw) if not _union_tag(col.tree, raw, i))
+        if keys != raw:
+            unions.setdefault(keys, []).extend(_TYPE_NAMES[str(k)] for k in raw if k not in keys)
+            if len(unions[keys]) > len(raw) - len(keys):
+                continue  # said once per value
+        errors.append((keys, e))
+    for keys, e in errors:
         where = _dotted(keys)
         kind = e["type"]
-        if kind == "extra_forbidden":
+        ctx = e.get("ctx", {})
+        got = _type_name(e["input"]) if "input" in e else "?"
+        if keys in unions:
+            wanted = " or ".join(dict.fromkeys(unions[keys]))
+            col.add(keys, "type", f"{where}: should be {wanted} (got {got})")
+        elif kind == "extra_forbidden":
             parent = _model_at(OpSpec, keys[:-1])
-            valid = ", ".join(parent.model_fields) if parent else "?"
+            fields = list(parent.model_fields) if parent else []
+            close = difflib.get_close_matches(str(keys[-1]), fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             col.add(
                 keys,
                 "unknown-key",
-                f"unknown key {keys[-1]!r} in {_dotted(keys[:-1])}; only the following keys "
-                f"are supported: {valid}",
+                f"unknown key {keys[-1]!r} in {_dotted(keys[:-1])}{hint}; only the following "
+                f"keys are supported: {', '.join(fields) or '?'}",
                 at_key=True,
             )
         elif kind == "missing":
-            col.add(keys[:-1], "missing-key", f"{where}: required key {keys[-1]!r} is missing")
+            col.add(
+                keys[:-1],
+                "missing-key",
+                f"{_dotted(keys[:-1])}: required key {keys[-1]!r} is missing",
+            )
         elif kind == "literal_error":
-            expected = e.get("ctx", {}).get("expected", "")
-            col.add(keys, "vocabulary", f"{where}: {e['input']!r} is not one of {expected}")
+            col.add(keys, "vocabulary", f"{where}: {e['input']!r} is not one of {ctx['expected']}")
+        elif kind == "string_pattern_mismatch":
+            col.add(
+                keys,
+                "type",
+                f"{where}: {e['input']!r} is not a limit such as '>= 16384' (one of >=, <=, ==, "
+                ">, < and then a whole number)",
+            )
+        elif kind in ("too_short", "too_long"):
+            items = e.get("input")
+            bound = ctx.get("min_length" if kind == "too_short" else "max_length", 0)
+            if kind == "too_short" and isinstance(items, list) and len(items) >= bound:
+                continue  # items that failed validation, each reported on its own
+            n = ctx.get("actual_length", "?")
+            need = "at least" if kind == "too_short" else "at most"
+            col.add(
+                keys,
+                "type",
+                f"{where}: needs {need} {bound} item{'s' * (bound != 1)}, has {n}",
+            )
         else:
-            got = type(e["input"]).__name__ if "input" in e else "?"
-            col.add(keys, "type", f"{where}: {e['msg'].lower()} (got {got})")
+            msg = e["msg"][0].lower() + e["msg"][1:]
+            for old, new in _WORDS:
+                msg = msg.replace(old, new)
+            col.add(keys, "type", f"{where}: {msg} (got {got})")
 
 
 # --- meaning that spans fields ------------------------------------------------------------------
@@ -171,6 +258,37 @@ def _check(col: _Collector, spec: OpSpec, layout: Layout, stem: str) -> None:
                     )
             if group == "inputs":
                 bound.update(t.shape)
+    seen_optional = ""
+    for name, t in spec.inputs.items():
+        if t.broadcast:
+            for k in range(len(t.shape)):
+                claim(("inputs", name), f"{name}_s{k}", f"the stride argument of input {name}")
+        if t.optional:
+            seen_optional = name
+        elif seen_optional:
+            col.add(
+                ("inputs", name),
+                "tensor-option",
+                f"inputs.{name}: a required input "
+                f"cannot follow the optional input {seen_optional!r}",
+                at_key=True,
+            )
+        if t.fill is not None and not t.optional:
+            col.add(
+                ("inputs", name, "fill"),
+                "tensor-option",
+                f"inputs.{name}: fill only applies to an optional input",
+                at_key=True,
+            )
+    for name, t in spec.outputs.items():
+        for option in ("broadcast", "optional", "fill"):
+            if getattr(t, option) not in (False, None):
+                col.add(
+                    (("outputs", name, option)),
+                    "tensor-option",
+                    f"outputs.{name}: {option} applies to inputs only",
+                    at_key=True,
+                )
     for name, a in spec.attrs.items():
         claim(("attrs", name), name, "attribute")
         if a.default is not None and a.type == "int" and not isinstance(a.default, int):
@@ -179,6 +297,30 @@ def _check(col: _Collector, spec: OpSpec, layout: Layout, stem: str) -> None:
                 "type",
                 f"attrs.{name}: an int attribute needs an int default, not {a.default!r}",
             )
+    int_attrs = {n for n, a in spec.attrs.items() if a.type == "int"}
+    known = set(bound) | int_attrs
+    for d, text in spec.derived.items():
+        if d not in spec.dims:
+            col.add(
+                ("derived", d),
+                "derived-dim",
+                f"derived dim {d!r} is not declared in dims",
+                at_key=True,
+            )
+        elif d in bound:
+            col.add(
+                ("derived", d),
+                "derived-dim",
+                f"derived dim {d!r} is also an input's dim; "
+                "a dim is either bound by inputs or derived",
+                at_key=True,
+            )
+        _check_expr(col, ("derived", d), text, "int", known)
+        known.add(d)
+        bound.add(d)
+    for i, c in enumerate(spec.checks):
+        _check_expr(col, ("checks", i, "expr"), c.expr, "bool", set(spec.dims) | int_attrs)
+    _check_convention(col, spec)
     for i, d in enumerate(spec.dims):
         if d not in bound:
             col.add(
@@ -196,10 +338,16 @@ def _check(col: _Collector, spec: OpSpec, layout: Layout, stem: str) -> None:
                 f"layouts names {t!r}, which is not an input or output",
                 at_key=True,
             )
-        elif "col" in lays and len(tensors[t].shape) < 2:
-            col.add(
-                ("layouts", t), "layout", f"layouts.{t}: 'col' needs a tensor of rank 2 or more"
-            )
+        else:
+            for j, lay in enumerate(lays):
+                rank = len(tensors[t].shape)
+                if not LAYOUTS[lay].fits(rank):
+                    col.add(
+                        ("layouts", t, j),
+                        "layout",
+                        f"layouts.{t}: {lay!r} does not fit a "
+                        f"tensor of rank {rank} ({LAYOUTS[lay].doc})",
+                    )
 
     names_seen: dict[str, int] = {}
     for i, v in enumerate(spec.variants):
@@ -288,7 +436,7 @@ def _check_variant(
                 f"variant {v.name}: tunable {p!r} values "
                 f"{list(values)} do not include the default {v.params[p]}",
             )
-    scope = set(spec.dims) | set(v.params)
+    scope = set(spec.dims) | set(v.params) | {n for n, a in spec.attrs.items() if a.type == "int"}
     if v.when is not None:
         _check_expr(col, (*key, "when"), v.when, "bool", scope)
     for part in ("global_size", "local_size"):
@@ -296,18 +444,28 @@ def _check_variant(
             _check_expr(col, (*key, "launch", part, j), str(e), "int", scope)
     _check_constraints(col, v, key)
     for j, ext in enumerate(v.requires.extensions):
-        if identifier_problem(ext) is not None and not ext.startswith("cl_"):
+        if not _EXTENSION.match(ext):
             col.add(
                 (*key, "requires", "extensions", j),
                 "vocabulary",
-                f"variant {v.name}: {ext!r} is not an OpenCL extension name (cl_...)",
+                f"variant {v.name}: {ext!r} is not an OpenCL extension name "
+                "(cl_<vendor>_<name>, e.g. cl_khr_fp16)",
             )
 
 
+_EXTENSION = re.compile(r"cl_[a-z0-9]+_[A-Za-z0-9_]+\Z")
 _DIM_OR_PARAM = "neither a dim nor a param of this variant"
 _PARAM_ONLY = (
     "not a param of this variant (constraints name params only; put conditions on dims in when:)"
 )
+
+
+def _check_convention(col: _Collector, spec: OpSpec) -> None:
+    from .conventions import CONVENTIONS
+    from .expand import signature_of
+
+    for problem in CONVENTIONS[spec.call].problems(signature_of(spec, col.path)):
+        col.add(("call",), "convention", problem)
 
 
 def _check_expr(
@@ -374,7 +532,7 @@ def _check_constraints(col: _Collector, v: VariantSpec, key: Path_) -> None:
             )
             broken = True
     defaults_tunable = all(defaults.get(p) in vals for p, vals in v.tunables.items())
-    if not broken and defaults_tunable:
+    if not v.tunables or (not broken and defaults_tunable):
         return  # the defaults are one tunable combination, and they satisfy every constraint
     axes = [v.tunables.get(p) or (n,) for p, n in defaults.items()]
     tried = 0
@@ -392,31 +550,44 @@ def _check_constraints(col: _Collector, v: VariantSpec, key: Path_) -> None:
         (*key, "constraints"),
         "constraint",
         f"variant {v.name}: none of the {tried} combinations of params and tunables satisfies "
-        "every constraint, so the variant can never be built; relax the constraints or change "
-        "the values",
+        "all of the constraints, so the tuner has nothing to try; relax the constraints or "
+        "change the values",
         at_key=True,
     )
 
 
 def _check_coverage(col: _Collector, spec: OpSpec) -> None:
+    near: list[str] = []  # generic variants that fall short, and why
     for v in spec.variants:
         try:
-            generic = all(parse_target(a).level is Level.GENERIC for a in v.arch)
+            generic = bool(v.arch) and all(parse_target(a).level is Level.GENERIC for a in v.arch)
         except ValueError:
             continue
-        full_dtypes = v.dtypes is None or set(spec.dtypes) <= set(v.dtypes)
-        full_layouts = all(
-            set(spec.layouts_of(t)) <= set((v.layouts or {}).get(t, spec.layouts_of(t)))
-            for t in spec.tensors
-        )
-        unconditional = v.when is None and v.requires == type(v.requires)()
-        if generic and full_dtypes and full_layouts and unconditional:
+        if not generic:
+            continue
+        short: list[str] = []
+        missing = [d for d in spec.dtypes if v.dtypes is not None and d not in v.dtypes]
+        if missing:
+            short.append(f"lacks dtype {', '.join(missing)}")
+        for t in spec.tensors:
+            allowed = (v.layouts or {}).get(t, spec.layouts_of(t))
+            lacking = [lay for lay in spec.layouts_of(t) if lay not in allowed]
+            if lacking:
+                short.append(f"lacks layout {'/'.join(lacking)} of {t}")
+        if v.when is not None:
+            short.append("has a when: guard")
+        if v.requires != type(v.requires)():
+            short.append("has requires:")
+        if not short:
             return
+        near.append(f"{v.name} {' and '.join(short)}")
+    why = f" ({'; '.join(near)})" if near else ""
     col.add(
         ("variants",),
         "generic-coverage",
         f"op {spec.op!r} has no generic fallback: one variant must have arch: generic, cover "
-        f"every dtype ({', '.join(spec.dtypes)}) and layout, and have no guard or requirement",
+        f"every dtype ({', '.join(spec.dtypes)}) and layout, and have no guard or "
+        f"requirement{why}",
     )
 
 
@@ -465,31 +636,49 @@ def _check_ambiguity(col: _Collector, spec: OpSpec) -> None:
                 for t, lay in zip(tensors, layouts, strict=True)
                 if len(spec.layouts_of(t)) > 1
             )
+            guarded = " (when: guards do not break ties)" if v.when or w.when else ""
             col.add(
                 ("variants", i, "name"),
                 "ambiguous-variants",
                 f"variants {w.name!r} (line {first.line if first else '?'}) and {v.name!r} tie: "
                 f"both target {', '.join(str(t) for t in sorted(shared))} with priority "
-                f"{v.priority} for dtype {', '.join(sorted(dtypes))}"
-                f"{' and layouts ' + where if where else ''}, so the dispatcher could not choose; "
-                "give one a higher priority, or narrow its dtypes, layouts or arch",
+                f"{v.priority} for dtype{'s' * (len(dtypes) > 1)} {', '.join(sorted(dtypes))}"
+                f"{' and layouts ' + where if where else ''}, so the dispatcher could not "
+                f"choose{guarded}; give one a higher priority, or narrow its dtypes, layouts or "
+                "arch",
             )
         earlier.append((i, v, reach))
 
 
+_TEMPLATE_PATH = re.compile(r"[A-Za-z0-9_.+\-]+(/[A-Za-z0-9_.+\-]+)*\Z")
+MAX_TEMPLATE_PATH = 255
+
+
 def template_problems(template: str, layout: Layout) -> Iterator[str]:
-    """Why `template` cannot be used: outside the template folder, or missing."""
+    """Why `template` cannot be used: outside the template folder, oddly named, or missing."""
     p = Path(template)
     if p.is_absolute() or ".." in p.parts or "\\" in template:
         yield f"template path {template!r} must be relative to templates/ and stay inside it"
         return
+    if not _TEMPLATE_PATH.match(template) or len(template) > MAX_TEMPLATE_PATH:
+        yield (
+            f"template path {template!r} must be folder and file names of letters, digits and "
+            f"'_.+-', joined by '/', at most {MAX_TEMPLATE_PATH} characters"
+        )
+        return
     if not template.endswith(".cl.j2"):
         yield f"template {template!r} must end in .cl.j2"
     root = layout.templates.resolve()
-    full = (root / p).resolve()
-    if not full.is_relative_to(root):
+    try:
+        full = (root / p).resolve()
+        inside = full.is_relative_to(root)
+        exists = inside and full.is_file()
+    except (OSError, ValueError) as exc:
+        yield f"template path {template!r} cannot be used: {exc}"
+        return
+    if not inside:
         yield f"template path {template!r} leaves templates/"
-    elif not full.is_file():
+    elif not exists:
         yield f"template {template!r} does not exist under {layout.rel(root)}/"
 
 
@@ -501,13 +690,32 @@ def _unreadable_number(text: str, path: str) -> Diagnostic:
     strings with ValueError, which the YAML constructor does not turn into a marked error)."""
     limit = sys.get_int_max_str_digits() or 4300
     m = re.search(f"[0-9][0-9_]{{{limit},}}", text)
-    line = text.count("\n", 0, m.start()) + 1 if m else 1
-    col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1 if m else 1
     return Diagnostic(
-        Location(path, line, col),
+        _offset_location(text, path, m.start() if m else 0),
         "yaml-syntax",
         f"a number longer than {limit} digits cannot be read",
     )
+
+
+def _offset_location(text: str, path: str, offset: int) -> Location:
+    line = text.count("\n", 0, offset) + 1
+    return Location(path, line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
+
+
+def _yaml_problem(d: Diagnostic, text: str) -> Diagnostic:
+    """`d` located in the file even where PyYAML gives no mark: a character YAML does not
+    allow (found with PyYAML's own pattern) or, failing that, the file's start."""
+    if d.loc.line > 0:
+        return d
+    m = Reader.NON_PRINTABLE.search(text)
+    if m:
+        return Diagnostic(
+            _offset_location(text, d.loc.path, m.start()),
+            d.rule,
+            f"character U+{ord(m.group()):04X} is not allowed in YAML (a control or "
+            "special character)",
+        )
+    return Diagnostic(Location(d.loc.path, 1, 1), d.rule, d.message)
 
 
 def _kind(value: Any) -> str:
@@ -525,7 +733,7 @@ def check_text(
     try:
         tree = load_yaml(text, path)
     except YamlProblem as exc:
-        return None, [exc.diagnostic]
+        return None, [_yaml_problem(exc.diagnostic, text)]
     except ValueError:
         return None, [_unreadable_number(text, path)]
     col = _Collector(path, tree)
@@ -559,9 +767,7 @@ def read_spec(path: Path, layout: Layout = DEFAULT) -> tuple[str | None, list[Di
     try:
         return path.read_text(encoding="utf-8"), []
     except (OSError, UnicodeDecodeError) as exc:
-        return None, [
-            Diagnostic(Location(layout.rel(path)), "unreadable-file", f"cannot read spec: {exc}")
-        ]
+        return None, [Diagnostic(Location(layout.rel(path)), "io", f"cannot read spec: {exc}")]
 
 
 def duplicate_ops(loaded: Sequence[LoadedSpec]) -> list[Diagnostic]:

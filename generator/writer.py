@@ -79,7 +79,7 @@ def apply(root: Path, wanted: dict[str, str], p: Plan) -> None:
         atomic_write(root / rel, wanted[rel])
     for rel in p.remove:
         (root / rel).unlink(missing_ok=True)
-    # drop folders the removals emptied
+    # drop folders the removals emptied (never the managed roots themselves)
     for rel in p.remove:
         parent = (root / rel).parent
         while parent != root and parent.is_dir() and not any(parent.iterdir()):

@@ -59,6 +59,7 @@ def test_check_names_stale_files_and_generate_fixes_them(tree: Layout) -> None:
         "generated/kernels/relu/relu__cpu__f32.cl",
         "generated/kernels/relu/relu__cpu__f64.cl",
         "generated/registry.py",
+        "docs/ops.md",
     }
     generate(tree)
     assert generate(tree, check=True).clean
@@ -71,7 +72,7 @@ def test_removed_variant_removes_its_files(tree: Layout) -> None:
     spec.write_text(text[: text.index("  - name: gpu_workgroup")])
     p = generate(tree)
     assert sorted(p.remove) == [
-        f"kernels/sum/sum__gpu_workgroup__{d}.cl" for d in ("f16", "f32", "f64")
+        f"generated/kernels/sum/sum__gpu_workgroup__{d}.cl" for d in ("f16", "f32", "f64")
     ]
     assert not (tree.generated / "kernels/sum/sum__gpu_workgroup__f32.cl").exists()
     (tree.specs / "sum.yaml").unlink()

@@ -1,60 +1,82 @@
 """Every generated instance, built on the present device and checked against NumPy.
 
-Shapes include 1, primes, sizes that are no multiple of any tile, large reductions and empty
-tensors; every buffer is canary-padded so an out-of-bounds write fails the test. Instances for
-other devices (GPU variants) are forced onto this one: PoCL runs any portable OpenCL C.
+Cases include 1, primes, sizes that are no multiple of any tile, large reductions, broadcast
+inputs and empty tensors; every buffer is canary-padded so an out-of-bounds write fails the
+test. Instances for other devices (GPU variants) are forced onto this one: PoCL runs any portable
+OpenCL C. Instances that need an extension the device lacks are skipped, saying which.
 """
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
-from generator import reference
+from generator import references
 from generator import registry as registry_mod
+from generator.binding import bind_dims, int_attrs, resolve_attrs
 from generator.dtypes import DTYPES
+from generator.references import Case
 from generator.runtime import guard_holds
 
 from .checking import assert_close, launch_with_canaries
 
-SHAPES: dict[int, list[tuple[int, ...]]] = {
+DEFAULT_SIZES: dict[int, list[tuple[int, ...]]] = {
     1: [(1,), (7,), (130,), (8195,), (0,)],
     2: [(1, 1), (7, 13), (31, 130), (3, 100_003), (9, 8), (13, 1000), (0, 5), (5, 0)],
     3: [(1, 1, 1), (7, 13, 31), (67, 130, 33), (6, 16, 8), (13, 17, 0), (0, 5, 7)],
 }
-REDUCED = {"sum": "N", "softmax": "N", "matmul": "K"}
 
 REG = registry_mod.default()
+
+
+def cases(op_name: str) -> tuple[Case, ...]:
+    ref = references.REFERENCES[op_name]
+    if ref.cases is not None:
+        return ref.cases
+    op = REG.op(op_name)
+    return tuple(
+        Case(dict(zip(op.dims, sizes, strict=True))) for sizes in DEFAULT_SIZES[len(op.dims)]
+    )
 
 
 @pytest.mark.parametrize("name", sorted(REG.instances))
 def test_instance_matches_numpy(runtime, name: str) -> None:
     inst = REG.instance(name)
     op = REG.op(inst.op)
-    ref = reference.REFERENCES[op.name]
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    missing = [e for e in inst.requires.extensions if e not in runtime.device.extensions]
+    if missing:
+        pytest.skip(f"the device lacks {', '.join(missing)}")
+    ref = references.REFERENCES[op.name]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
     ran = 0
-    for sizes in SHAPES[len(op.dims)]:
-        dims = dict(zip(op.dims, sizes, strict=True))
-        if not guard_holds(REG, inst, dims):
+    for case in cases(op.name):
+        shapes = {
+            t.name: tuple(case.shapes.get(t.name, tuple(case.dims[d] for d in t.shape)))
+            for t in op.inputs
+        }
+        attrs = resolve_attrs(op, case.attrs)
+        dims = bind_dims(op, shapes, attrs)
+        if not guard_holds(REG, inst, {**dims, **int_attrs(op, attrs)}):
             continue
         inputs = {
-            t.name: reference.make_input(
+            t.name: references.make_input(
                 rng,
-                tuple(dims[d] for d in t.shape),
+                shapes[t.name],
                 DTYPES[t.dtype or inst.dtype].np_dtype,
                 ref.domains.get(t.name, "normal"),
             )
             for t in op.inputs
         }
-        got = launch_with_canaries(runtime, inst, inputs, dims)
-        want = reference.expected(op.name, inputs)
-        reduce_len = dims.get(REDUCED.get(op.name, ""), 0)
+        got = launch_with_canaries(runtime, inst, inputs, dims, attrs)
+        want = references.expected(op.name, inputs, attrs)
+        reduce_len = dims.get(ref.reduce, 0) if ref.reduce else 0
         for t in op.outputs:
-            assert_close(name, inst.dtype, got[t.name], want[t.name], reduce_len)
+            assert_close(f"{name} {case}", inst.dtype, got[t.name], want[t.name], reduce_len)
         ran += 1
-    assert ran >= 3, f"{name}: only {ran} shapes satisfy its guard"
+    assert ran >= 3, f"{name}: only {ran} cases satisfy its guard"
 
 
 def test_every_op_has_a_reference() -> None:
-    assert sorted(REG.ops) == sorted(set(REG.ops) & set(reference.REFERENCES))
+    assert sorted(REG.ops) == sorted(set(REG.ops) & set(references.REFERENCES))

@@ -1,0 +1,17 @@
+"""Calling conventions: how the eager function of an op maps arrays of any shape onto the op's
+dims and back. A spec names one with `call:`; the names are in conventions_names.py."""
+
+from __future__ import annotations
+
+from ..conventions_names import CONVENTION_NAMES
+from .base import Canonical, Convention, PyParam
+from .shape import Axis, Broadcast, Direct, Flat, Trailing
+
+CONVENTIONS: dict[str, Convention] = {
+    c.name: c for c in (Direct(), Flat(), Broadcast(), Axis(), Trailing())
+}
+
+if tuple(CONVENTIONS) != CONVENTION_NAMES:  # pragma: no cover - a developer's slip
+    raise ImportError("generator.conventions and conventions_names.py list different names")
+
+__all__ = ["CONVENTIONS", "Canonical", "Convention", "PyParam"]

@@ -1,0 +1,87 @@
+"""What a calling convention is: how an eager call's arrays map to an op's canonical tensors."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..contract import OpSig
+from ..errors import CallError
+
+
+@dataclass(frozen=True)
+class PyParam:
+    """A keyword parameter that a convention adds to the generated eager function."""
+
+    name: str
+    annotation: str
+    default: str  # Python source of the default value
+
+
+@dataclass(frozen=True)
+class Canonical:
+    """A call in the op's own terms, and how to turn the op's outputs into the call's result."""
+
+    inputs: dict[str, Any]  # arrays shaped as the spec says; omitted optional inputs absent
+    attrs: dict[str, Any] = field(default_factory=dict)
+    finish: Callable[[dict[str, Any]], dict[str, Any]] = lambda outs: outs
+
+
+class Convention:
+    """Subclasses map arrays of any shape onto an op's dims and back. They may only reshape
+    (views), pad ranks and reinterpret; they never compute."""
+
+    name: ClassVar[str]
+    doc: ClassVar[str]
+
+    def params(self, op: OpSig) -> tuple[PyParam, ...]:
+        return ()
+
+    def problems(self, op: OpSig) -> list[str]:
+        """Why `op`'s signature does not fit this convention (lint reports these)."""
+        return []
+
+    def canonical(
+        self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> Canonical:
+        raise NotImplementedError
+
+
+def reshape(op: OpSig, name: str, arr: Any, shape: tuple[int, ...]) -> Any:
+    """A view of `arr` with `shape` (NumPy may copy; device arrays must be contiguous)."""
+    shape = tuple(int(n) for n in shape)
+    if tuple(arr.shape) == shape:
+        return arr
+    if not isinstance(arr, np.ndarray):  # a pyopencl array
+        if not (arr.flags.c_contiguous or arr.size == 0):
+            raise CallError(
+                f"{op.name}: input {name!r} (shape {arr.shape}, strides "
+                f"{arr.strides}) must be contiguous to be reshaped; pass a copy"
+            )
+        return arr.reshape(shape)
+    return np.reshape(arr, shape)
+
+
+def normalize_axis(op: OpSig, axis: Any, ndim: int, name: str = "axis") -> int:
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise CallError(f"{op.name}: {name} must be an int, got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise CallError(f"{op.name}: {name} {axis} is out of range for an input of rank {ndim}")
+    return int(axis) % ndim
+
+
+def prod(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+def array_of(op: OpSig, name: str, value: Any) -> Any:
+    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        raise CallError(
+            f"{op.name}: input {name!r} is a {type(value).__name__}, not an array "
+            "(pass a NumPy or pyopencl array)"
+        )
+    return value

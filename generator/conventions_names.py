@@ -1,0 +1,10 @@
+"""The names of the calling conventions (see :mod:`generator.conventions`), importable without
+pyopencl so that the spec schema and the linter stay light."""
+
+CONVENTION_NAMES: tuple[str, ...] = (
+    "direct",  # arrays shaped exactly as the spec says
+    "flat",  # one dim N; arrays of any (equal) shape are flattened
+    "broadcast",  # NumPy broadcasting up to the op's rank
+    "axis",  # an `axis` argument: arrays reshaped to [B, R, I] around it
+    "trailing",  # normalization over the trailing `axes` axes: arrays reshaped to [B, R]
+)
