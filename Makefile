@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 OPENCL := $(VENV)/.opencl
 
-.PHONY: setup generate check lint test demo bench tune clean
+.PHONY: setup generate check lint test demo bench clean
 
 $(INSTALLED): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,12 +30,22 @@ generate: $(INSTALLED)
 check: $(INSTALLED)
 	$(BIN)/clforge generate --check
 
+lint: $(INSTALLED)
+	$(BIN)/clforge lint
+	$(BIN)/clforge schema --check
+
+# NumPy is timed with the machine's OpenBLAS settings lifted (they slow current NumPy down)
+bench: $(OPENCL)
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/clforge bench
+
 demo: $(OPENCL)
 	$(BIN)/clforge generate
 	$(BIN)/clforge demo
 
 test: $(OPENCL)
 	$(BIN)/clforge generate --check
+	$(BIN)/clforge lint
+	$(BIN)/clforge schema --check
 	$(BIN)/ruff check generator tests
 	$(BIN)/python -m pytest -q
 

@@ -63,8 +63,10 @@ def bench_overhead(repeats: int = 9, inner: int = 2000) -> dict[str, float]:
     gs, ls = plan.geometry.global_size, plan.geometry.local_size
     nn = np.int32(n)
 
-    def raw() -> None:
-        c = cla.empty(q, (n,), np.float32)
+    pool = d.runtime.allocator
+
+    def raw() -> None:  # the least any caller does: allocate the output (same pool), launch
+        c = cla.empty(q, (n,), np.float32, allocator=pool)
         kernel(q, gs, ls, a.data, b.data, c.data, nn)
 
     def eager() -> None:
@@ -120,19 +122,54 @@ CASES = (
 )
 
 
+def _inputs(op_name: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    ref = reference.REFERENCES[op_name]
+    return {
+        k: reference.make_input(rng, v, DTYPES["f32"].np_dtype, ref.domains.get(k, "normal"))
+        for k, v in shapes.items()
+    }
+
+
+_NUMPY_SCRIPT = """
+import json, sys
+from generator.bench import numpy_times
+print(json.dumps(numpy_times(json.loads(sys.argv[1]), int(sys.argv[2]))))
+"""
+
+
+def numpy_times(cases: list[tuple[str, dict[str, list[int]]]], repeats: int) -> list[float]:
+    """Median seconds of each case's NumPy reference on f32 data (run in its own process)."""
+    out = []
+    for op_name, shapes in cases:
+        x = _inputs(op_name, {k: tuple(v) for k, v in shapes.items()})
+        fn = reference.REFERENCES[op_name].fn
+        out.append(median_time(lambda f=fn, x=x: f(x, {}), lambda: None, repeats, 1))
+    return out
+
+
 def bench_throughput(repeats: int = 5) -> list[dict[str, object]]:
+    """The chosen instance and the generic one against NumPy. NumPy runs in a separate process:
+    PoCL's worker threads, once started, compete with OpenBLAS's for the cores and would make
+    NumPy look several times slower than it is."""
     d = dispatcher()
     reg, rt, q = d.registry, d.runtime, d.runtime.queue
-    rng = np.random.default_rng(0)
-    rows: list[dict[str, object]] = []
+    shapes = []
     for case in CASES:
         op = reg.op(case.op)
-        host = {
-            t.name: reference.make_input(
-                rng, tuple(case.sizes[x] for x in t.shape), DTYPES["f32"].np_dtype
-            )
-            for t in op.inputs
-        }
+        shapes.append((case.op, {t.name: [case.sizes[x] for x in t.shape] for t in op.inputs}))
+    np_cases = [sh for case, sh in zip(CASES, shapes, strict=True) if case.numpy]
+    proc = subprocess.run(
+        [sys.executable, "-c", _NUMPY_SCRIPT, json.dumps(np_cases), str(repeats)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    np_times = iter(json.loads(proc.stdout.strip().splitlines()[-1]))
+    rows: list[dict[str, object]] = []
+    for case, (_, sh) in zip(CASES, shapes, strict=True):
+        op = reg.op(case.op)
+        host = _inputs(case.op, {k: tuple(v) for k, v in sh.items()})
         dev = {k: cla.to_device(q, v) for k, v in host.items()}
         chosen = d.plan_for(op, dev, {})
         generic = reg.instance(
@@ -141,31 +178,28 @@ def bench_throughput(repeats: int = 5) -> list[dict[str, object]]:
         plans = {
             "chosen": chosen,
             "generic": rt.plan(
-                generic, dict(zip(op.dims, (case.sizes[x] for x in op.dims), strict=True)), {}
+                generic,
+                dict(zip(op.dims, (case.sizes[x] for x in op.dims), strict=True)),
+                {},
+                {k: tuple(v) for k, v in sh.items()},
             ),
         }
-        np_fn = reference.REFERENCES[case.op].fn
-        np_in = dict(host)
         inner = 1 if case.work(case.sizes) > 1e9 else 3
-        t_np = (
-            median_time(lambda f=np_fn, x=np_in: f(x, {}), lambda: None, repeats, inner)
-            if case.numpy
-            else float("nan")
-        )
+        t_np = next(np_times) if case.numpy else float("nan")
         times = {
             k: median_time(lambda p=p, x=dev: rt.run(p, x), q.finish, repeats, inner)
             for k, p in plans.items()
         }
-        scale = 1e9
+        work = case.work(case.sizes) / 1e9
         rows.append(
             {
                 "op": case.op,
                 "sizes": case.sizes,
                 "unit": case.unit,
                 "chosen": chosen.inst.name,
-                "chosen_rate": case.work(case.sizes) / times["chosen"] / scale,
-                "generic_rate": case.work(case.sizes) / times["generic"] / scale,
-                "numpy_rate": case.work(case.sizes) / t_np / scale,
+                "chosen_rate": work / times["chosen"],
+                "generic_rate": work / times["generic"],
+                "numpy_rate": work / t_np,
                 "chosen_vs_numpy": t_np / times["chosen"],
                 "chosen_vs_generic": times["generic"] / times["chosen"],
             }

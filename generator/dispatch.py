@@ -189,7 +189,7 @@ class Dispatcher:
         """Run `op_name` on NumPy or pyopencl arrays (by input name); outputs by name, of the
         same kind as the inputs."""
         op = self.registry.op(op_name)
-        return self.execute(op, self.plan_for(op, inputs, attrs or {}), inputs)
+        return self.execute(op, self.plan_for(op, inputs, attrs or {}), inputs, validated=True)
 
     def plan_for(
         self, op: OpSig, inputs: Mapping[str, Any], attrs: Mapping[str, float | int]
@@ -205,6 +205,7 @@ class Dispatcher:
                     getattr(a, "dtype", None),
                     getattr(a, "shape", None),
                     getattr(a, "strides", None),
+                    getattr(a, "offset", 0),
                     type(a),
                 )
                 for k, a in inputs.items()
@@ -217,16 +218,24 @@ class Dispatcher:
             self._plans[key] = plan
         return plan
 
-    def execute(self, op: OpSig, plan: LaunchPlan, inputs: Mapping[str, Any]) -> dict[str, Any]:
-        """Move inputs to the device if needed, run `plan`, bring outputs back if needed."""
+    def execute(self, op: OpSig, plan: LaunchPlan, inputs: Mapping[str, Any], *,
+                validated: bool = False) -> dict[str, Any]:
+        """Move inputs to the device if needed, run `plan`, bring outputs back if needed.
+
+        `validated`: the device arrays among `inputs` were checked when `plan` was made for
+        their dtype, shape, strides and offset (plan_for's memo key), so they pass as they are.
+        """
         rt = self.runtime
         on_device = all(isinstance(a, cla.Array) for a in inputs.values())
-        arrays = {
-            t.name: rt.to_device(
-                op, plan.inst.dtype, t.name, inputs[t.name], plan.inst.layout_of(t.name)
-            )
-            for t in op.inputs
-        }
+        if on_device and validated:
+            arrays = inputs
+        else:
+            arrays = {
+                t.name: rt.to_device(
+                    op, plan.inst.dtype, t.name, inputs[t.name], plan.inst.layout_of(t.name)
+                )
+                for t in op.inputs
+            }
         outs = rt.run(plan, arrays)
         if on_device:
             return outs
@@ -244,6 +253,10 @@ class Dispatcher:
         dtype, layouts = _call_types(op, inputs)
         b = bind(op, inputs, attrs)
         inst = self.choose(op.name, dtype, layouts, b.env)
+        for t in op.inputs:  # device arrays: refused now (bad strides, offset) or trusted later
+            if isinstance(inputs[t.name], cla.Array):
+                self.runtime.to_device(op, inst.dtype, t.name, inputs[t.name],
+                                       inst.layout_of(t.name))
         return self.runtime.plan(inst, b.dims, b.attrs, b.shapes)
 
     def cache_info(self) -> dict[str, int]:

@@ -15,9 +15,11 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from . import rules
+from .contract import Instance
 from .errors import (
     BuildError,
     ClforgeError,
@@ -102,6 +104,8 @@ def _guarded(where: str, check: Callable[[], list[Diagnostic]]) -> list[Diagnost
     """Run one check; an unexpected exception becomes a finding instead of a traceback."""
     try:
         return check()
+    except DeviceError:
+        raise  # no device for --compile: an environment error, not a finding
     except Exception as exc:
         return [
             Diagnostic(
@@ -249,7 +253,7 @@ def compile_problems(layout: Layout, loaded: Sequence[LoadedSpec]) -> list[Diagn
         for i, v in enumerate(s.spec.variants)
     }
     # one finding per variant and message: the instances of a variant mostly fail alike
-    groups: dict[tuple[Location, str], list[tuple[str, str]]] = {}
+    groups: dict[tuple[Location, str], list[tuple[str, Instance]]] = {}
     for inst in sorted(reg.instances.values(), key=lambda i: i.name):
         loc = where.get((inst.op, inst.variant))
         if loc is None:
@@ -265,14 +269,14 @@ def compile_problems(layout: Layout, loaded: Sequence[LoadedSpec]) -> list[Diagn
             groups.setdefault((loc, str(exc)), []).append((gen, inst))
     out = []
     for (loc, msg), places in groups.items():
-        at, inst = places[0]
+        at, first = places[0]
         more = len(places) - 1
         also = f"; also in {more} more instance{'s' * (more != 1)}" if more else ""
         out.append(
             Diagnostic(
                 loc,
                 "compile-error",
-                f"{at}: {msg} (instance {inst.name}, from template {inst.template}{also})",
+                f"{at}: {msg} (instance {first.name}, from template {first.template}{also})",
             )
         )
     return out
@@ -300,17 +304,19 @@ def lint(
     findings: list[Diagnostic] = []
     loaded: list[LoadedSpec] = []
     for f in files:
-        findings += _guarded(layout.rel(f), lambda f=f: _check_file(f, layout, loaded))
-    findings += _guarded(layout.rel(layout.specs), lambda: duplicate_ops(loaded))
+        findings += _guarded(layout.rel(f), partial(_check_file, f, layout, loaded))
+    findings += _guarded(layout.rel(layout.specs), partial(duplicate_ops, loaded))
     renderer = Renderer(layout)
     for spec in loaded:
-        findings += _guarded(spec.path, lambda spec=spec: render_problems(spec, renderer))
+        findings += _guarded(spec.path, partial(render_problems, spec, renderer))
     blocked = any(d.severity is Severity.ERROR for d in findings)
     if own and (freshness or compile) and not blocked:
-        stale = _guarded(layout.rel(layout.generated), lambda: freshness_problems(layout))
+        stale = _guarded(layout.rel(layout.generated), partial(freshness_problems, layout))
         findings += stale
         if compile and not stale:
-            findings += compile_problems(layout, loaded)
+            findings += _guarded(
+                layout.rel(layout.generated), partial(compile_problems, layout, loaded)
+            )
     return Report(
         tuple(sorted(_printable(rules.normalized(d)) for d in findings)),
         tuple(layout.rel(f) for f in files),

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     import pyopencl as cl
 
 
+# the numeric fields a spec's `requires:` may bound
+LIMITS = ("local_mem_bytes", "max_work_group_size", "compute_units")
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """A device as the dispatcher sees it. Built from a live pyopencl device or loaded from YAML
@@ -51,11 +55,10 @@ class DeviceProfile:
         return extension in self.extensions
 
     def limit(self, name: str) -> int:
-        """A numeric field by the name a spec's requires: uses."""
-        value = getattr(self, name)
-        if not isinstance(value, int):
-            raise KeyError(name)
-        return value
+        """A numeric limit by the name a spec's `requires:` uses (LIMITS)."""
+        if name not in LIMITS:
+            raise KeyError(f"{name!r} is not a device limit (limits: {', '.join(LIMITS)})")
+        return int(getattr(self, name))
 
 
 # --- vocabularies -------------------------------------------------------------------------------

@@ -73,12 +73,23 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "undeclared-tensor", _E, "`layouts` names a tensor that is not an input or output", "dims"
     ),
-    Rule("derived-dim", _E, "a derived dim that is undeclared, also bound by an input, or "
-         "computed from names out of scope", "dims"),
-    Rule("tensor-option", _E, "broadcast/optional/fill on an output, fill without optional, "
-         "or a required input after an optional one", "dims"),
-    Rule("convention", _E, "the op's signature does not fit its calling convention (call:)",
-         "dims"),
+    Rule(
+        "derived-dim",
+        _E,
+        "a derived dim that is undeclared, also bound by an input, or "
+        "computed from names out of scope",
+        "dims",
+    ),
+    Rule(
+        "tensor-option",
+        _E,
+        "broadcast/optional/fill on an output, fill without optional, "
+        "or a required input after an optional one",
+        "dims",
+    ),
+    Rule(
+        "convention", _E, "the op's signature does not fit its calling convention (call:)", "dims"
+    ),
     Rule("layout", _E, "a layout the tensor's rank or the op's declaration does not allow", "dims"),
     Rule(
         "guard-syntax",

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
+from pyopencl.tools import ImmediateAllocator, MemoryPool
 
 from . import registry as registry_mod
 from .binding import (
@@ -80,7 +81,8 @@ class LaunchPlan:
     geometry: Geometry
     args: tuple[Any, ...]  # scalars in place; None where a buffer goes
     buffers: tuple[tuple[int, str], ...]  # (argument index, tensor name)
-    outputs: tuple[tuple[str, tuple[int, ...], np.dtype, str], ...]  # name, shape, dtype, layout
+    # name, shape, dtype, byte strides
+    outputs: tuple[tuple[str, tuple[int, ...], np.dtype, tuple[int, ...]], ...]
 
 
 class Runtime:
@@ -101,6 +103,9 @@ class Runtime:
         self.cache = cache if cache is not None else ProgramCache.default()
         self._kernels: dict[str, cl.Kernel] = {}
         self._dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)
+        # outputs and input copies come from a pool: a fresh buffer per call would pay page
+        # faults on first touch (a 64 MiB output costs more than the kernel that fills it)
+        self.allocator = MemoryPool(ImmediateAllocator(queue))
 
     # --- building ---------------------------------------------------------------------------
 
@@ -144,25 +149,20 @@ class Runtime:
                 args.append(None)
             else:
                 args.append(_SCALAR[a.ctype](scalars[a.name]))
-        outputs = tuple(
-            (
-                t.name,
-                tuple(dims[d] for d in t.shape),
-                element_dtype(t, inst.dtype).np_dtype,
-                inst.layout_of(t.name),
-            )
-            for t in op.outputs
-        )
+        outputs = []
+        for t in op.outputs:
+            shape = tuple(dims[d] for d in t.shape)
+            dt = element_dtype(t, inst.dtype).np_dtype
+            strides = layout_strides(shape, dt.itemsize, inst.layout_of(t.name))
+            outputs.append((t.name, shape, dt, strides))
         kernel = None if geo.empty else self.kernel(inst)
-        return LaunchPlan(inst, kernel, geo, tuple(args), tuple(buffers), outputs)
+        return LaunchPlan(inst, kernel, geo, tuple(args), tuple(buffers), tuple(outputs))
 
     def run(self, plan: LaunchPlan, arrays: Mapping[str, cla.Array]) -> dict[str, cla.Array]:
         """Allocate the outputs, bind, enqueue; return the outputs (not waited for)."""
         outs = {
-            name: cla.empty(
-                self.queue, shape, dt, strides=layout_strides(shape, dt.itemsize, layout)
-            )
-            for name, shape, dt, layout in plan.outputs
+            name: cla.empty(self.queue, shape, dt, strides=strides, allocator=self.allocator)
+            for name, shape, dt, strides in plan.outputs
         }
         if plan.kernel is None:
             return outs
@@ -232,6 +232,7 @@ class Runtime:
             host.shape,
             host.dtype,
             strides=layout_strides(host.shape, host.dtype.itemsize, layout),
+            allocator=self.allocator,
         )
         if host.size:
             cl.enqueue_copy(self.queue, out.base_data, storage)

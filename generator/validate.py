@@ -23,11 +23,11 @@ from yaml.reader import Reader
 
 from . import guards
 from .errors import Diagnostic, GuardError, Location, SpecError
+from .layouts import LAYOUTS
 from .names import identifier_problem
 from .paths import DEFAULT, Layout
 from .source import LocMap, YamlProblem, load_yaml, locate
 from .spec import OpSpec, VariantSpec
-from .layouts import LAYOUTS
 from .targets import Level, Target, parse_target
 
 Path_ = tuple[int | str, ...]
@@ -454,6 +454,17 @@ def _check_variant(
 
 
 _EXTENSION = re.compile(r"cl_[a-z0-9]+_[A-Za-z0-9_]+\Z")
+# what a character the guard language refuses usually means
+_GUARD_HINTS = {
+    "'": " (the guard language has no strings)",
+    '"': " (the guard language has no strings)",
+    ".": " (the guard language has no attribute access and no fractions)",
+    "[": " (the guard language has no indexing)",
+    "=": " (compare with ==)",
+    "&": " (write 'and')",
+    "|": " (write 'or')",
+    "!": " (write 'not', or != to compare)",
+}
 _DIM_OR_PARAM = "neither a dim nor a param of this variant"
 _PARAM_ONLY = (
     "not a param of this variant (constraints name params only; put conditions on dims in when:)"
@@ -480,7 +491,9 @@ def _check_expr(
     try:
         expr = guards.parse(text, kind)
     except GuardError as exc:
-        col.add(keys, "guard-syntax", f"{_dotted(keys)}: {exc}")
+        at = exc.text[exc.pos] if 0 <= exc.pos < len(exc.text) else ""
+        hint = _GUARD_HINTS.get(at, "")
+        col.add(keys, "guard-syntax", f"{_dotted(keys)}: {exc}{hint}")
         return None
     unknown = sorted(expr.names - scope)
     if unknown:

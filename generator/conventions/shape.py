@@ -28,9 +28,8 @@ class Flat(Convention):
 
     def problems(self, op: OpSig) -> list[str]:
         if len(op.dims) != 1 or any(t.shape != op.dims for t in op.inputs + op.outputs):
-            return [
-                f"call: flat needs one dim and every tensor shaped [{op.dims[0] if op.dims else 'N'}]"
-            ]
+            dim = op.dims[0] if op.dims else "N"
+            return [f"call: flat needs one dim and every tensor shaped [{dim}]"]
         return []
 
     def canonical(

@@ -1,0 +1,1 @@
+// left over from a removed variant
