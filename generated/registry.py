@@ -600,6 +600,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='e31650f97d384c58b4568df4f9c56e9fbb1b027b69d20d95806c0ec14bf18e04',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'add__cpu__f32': Instance(
         name='add__cpu__f32',
@@ -658,6 +659,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='aca1ed6e6fe4e7e6abc2e680630cf033b18534405d611cc72ed747285986c8eb',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'add__cpu__f64': Instance(
         name='add__cpu__f64',
@@ -716,6 +718,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='2bafbaf0e84cac9c171e6eb350ada44a86c362b67af760c4b330737f4bdbdff7',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'add__generic__f16': Instance(
         name='add__generic__f16',
@@ -774,6 +777,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='52f4e36d8c316ae5cdcfe4fbe2c6030970a461645898741776125a07688c44ae',
         tunables=(),
+        constraints=(),
     ),
     'add__generic__f32': Instance(
         name='add__generic__f32',
@@ -832,6 +836,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='07873eac85032188af5aa38102284b61c286d9a23ff25bb6800bcba5259bb70a',
         tunables=(),
+        constraints=(),
     ),
     'add__generic__f64': Instance(
         name='add__generic__f64',
@@ -890,6 +895,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='a17633259f5de1a340f62233d4dc99819a0f2642db70374f39aae50f3469b042',
         tunables=(),
+        constraints=(),
     ),
     'div__cpu__f16': Instance(
         name='div__cpu__f16',
@@ -948,6 +954,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='bf062297f83410fa15f3b14d72f55bee9af99ef611b2ebe7051bca2cd5698ead',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'div__cpu__f32': Instance(
         name='div__cpu__f32',
@@ -1006,6 +1013,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='14d6c2f397f10a30ed82206878a91b8df112614b8e97b0c485a135122b4d569d',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'div__cpu__f64': Instance(
         name='div__cpu__f64',
@@ -1064,6 +1072,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='31880a43e905c4150dad991290030d861e2afa5578d19e35ca48871f29fabc1d',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'div__generic__f16': Instance(
         name='div__generic__f16',
@@ -1122,6 +1131,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='86e04ab1bc610f6b1d378663fcab83097769516ae5e276d7a22bd919218b9e28',
         tunables=(),
+        constraints=(),
     ),
     'div__generic__f32': Instance(
         name='div__generic__f32',
@@ -1180,6 +1190,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='d2a296c7eae44923d6d7702a18c0b76161ca2a9e4c52789e4e672003427483a9',
         tunables=(),
+        constraints=(),
     ),
     'div__generic__f64': Instance(
         name='div__generic__f64',
@@ -1238,6 +1249,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='d3ac93e0a4abb44d7372884301f9a6765f9d02ec14d5888514f5748c51417713',
         tunables=(),
+        constraints=(),
     ),
     'exp__cpu__f16': Instance(
         name='exp__cpu__f16',
@@ -1288,6 +1300,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='04716b41229baedd4b4bcd407cac5e46e69cda2889d57666d8510a69300e8e4e',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'exp__cpu__f32': Instance(
         name='exp__cpu__f32',
@@ -1338,6 +1351,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='d831eed1184793839d236ac5c2666e7d049330d940a1c16477bbcdc94c35f739',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'exp__cpu__f64': Instance(
         name='exp__cpu__f64',
@@ -1388,6 +1402,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='ff3ce83ff7356c192b23e129f1495c07b9171581c4a9a1137048d35c761fa94a',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'exp__generic__f16': Instance(
         name='exp__generic__f16',
@@ -1438,6 +1453,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='f541add0efb4e38c1c2ccb626afeded36899923cca9f07eb284ad359bad81391',
         tunables=(),
+        constraints=(),
     ),
     'exp__generic__f32': Instance(
         name='exp__generic__f32',
@@ -1488,6 +1504,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='8e45d3c11ac30c35b21f3bf61ead5338b54587584ff0d9a3f294d58ba3d607a9',
         tunables=(),
+        constraints=(),
     ),
     'exp__generic__f64': Instance(
         name='exp__generic__f64',
@@ -1538,6 +1555,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='29151b66e01657c2ab0ced8781ca8601f27251592c09e2b1933d6caac42a8b62',
         tunables=(),
+        constraints=(),
     ),
     'gelu__cpu__f16': Instance(
         name='gelu__cpu__f16',
@@ -1588,6 +1606,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='348be2615e52b7a69625185e1d1b7bf4e8164a40502e3e46e84b45f5ae61ec27',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'gelu__cpu__f32': Instance(
         name='gelu__cpu__f32',
@@ -1638,6 +1657,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='3e5620c6e49e4fcc335cc42221fe88c5d5ea3b31cf51bd5ead9b06316de73e44',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'gelu__cpu__f64': Instance(
         name='gelu__cpu__f64',
@@ -1688,6 +1708,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='ce67665cc8e9899be6df4cbbef1c3db4615aa807f8d1d231a6ea9b3e94dbcabc',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'gelu__generic__f16': Instance(
         name='gelu__generic__f16',
@@ -1738,6 +1759,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='61686e218d56e5b6ff10aaf271b5c8766ef04766513be32a547fa4ff087e6e9d',
         tunables=(),
+        constraints=(),
     ),
     'gelu__generic__f32': Instance(
         name='gelu__generic__f32',
@@ -1788,6 +1810,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='18466df5ab1571292e973c4cba4d0174b2e311a086d0681c98f3438ec49b778d',
         tunables=(),
+        constraints=(),
     ),
     'gelu__generic__f64': Instance(
         name='gelu__generic__f64',
@@ -1838,6 +1861,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='486dd79ea3a20844cf28f42b32be8e016f50ae4a097aa845180fcd618658f8f7',
         tunables=(),
+        constraints=(),
     ),
     'matmul__cpu_blocked__f32__a_col__b_row': Instance(
         name='matmul__cpu_blocked__f32__a_col__b_row',
@@ -1912,6 +1936,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/cpu_blocked.cl.j2',
         sha256='ae326e670acf4c666399173e985b0a4f435080ada225e50f26022aec3216fc8d',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
+        constraints=('TN % 8 == 0',),
     ),
     'matmul__cpu_blocked__f32__a_row__b_row': Instance(
         name='matmul__cpu_blocked__f32__a_row__b_row',
@@ -1986,6 +2011,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/cpu_blocked.cl.j2',
         sha256='b632932d8d713c4885334e20ab3ebe443819dfde036e08a34203a1c9fc19e03c',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
+        constraints=('TN % 8 == 0',),
     ),
     'matmul__cpu_blocked__f64__a_col__b_row': Instance(
         name='matmul__cpu_blocked__f64__a_col__b_row',
@@ -2060,6 +2086,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/cpu_blocked.cl.j2',
         sha256='0a28376b62b217983e205d2c077804715895b43942ba805e9735b23672d17069',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
+        constraints=('TN % 8 == 0',),
     ),
     'matmul__cpu_blocked__f64__a_row__b_row': Instance(
         name='matmul__cpu_blocked__f64__a_row__b_row',
@@ -2134,6 +2161,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/cpu_blocked.cl.j2',
         sha256='801316e44622ea6c4ca59b7fe1beffa7ee078e5315bb3e5aeb059f024ced6aea',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
+        constraints=('TN % 8 == 0',),
     ),
     'matmul__generic__f16__a_col__b_col': Instance(
         name='matmul__generic__f16__a_col__b_col',
@@ -2208,6 +2236,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='11e5943dba1e222b50a1de77395ced11435bb4d839491474a48351878e7390d0',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f16__a_col__b_row': Instance(
         name='matmul__generic__f16__a_col__b_row',
@@ -2282,6 +2311,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='0ba3f47ad2b9cfcf064ae54affbca765bb1f355aa9adb3ffa804ae9acc2cc8db',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f16__a_row__b_col': Instance(
         name='matmul__generic__f16__a_row__b_col',
@@ -2356,6 +2386,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='b3e6e1ceae73d27d3aa5f452d698c954ff80cdea68befa2e80c5caa1b15b5676',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f16__a_row__b_row': Instance(
         name='matmul__generic__f16__a_row__b_row',
@@ -2430,6 +2461,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='2516e13b3555603bf453c045c13d16df0bc11dad217dea9cf3de3ee1d5875ead',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f32__a_col__b_col': Instance(
         name='matmul__generic__f32__a_col__b_col',
@@ -2504,6 +2536,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='c9be0ca6a936c840c4f68c26ec9ecc00f134a14cf5b7c012d1652da944787bd9',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f32__a_col__b_row': Instance(
         name='matmul__generic__f32__a_col__b_row',
@@ -2578,6 +2611,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='156df80b7c27d783b23639889623f83d31b4be9bcbb919594023039e2594381a',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f32__a_row__b_col': Instance(
         name='matmul__generic__f32__a_row__b_col',
@@ -2652,6 +2686,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='5f1e089de98ec5ab915eb886cab356ad60defae5f7192863f2eb1b251bb8c548',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f32__a_row__b_row': Instance(
         name='matmul__generic__f32__a_row__b_row',
@@ -2726,6 +2761,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='27edc0c9870b698417f2ad71541cd5d7ca8636b8687d1f59281452a6d80a3d1e',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f64__a_col__b_col': Instance(
         name='matmul__generic__f64__a_col__b_col',
@@ -2800,6 +2836,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='50d1ec9d70fd25ff6cb064e407747b8093f3a1e57f4d4b54c07f12c847791f72',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f64__a_col__b_row': Instance(
         name='matmul__generic__f64__a_col__b_row',
@@ -2874,6 +2911,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='433fc1251f21fe3677a7f7f87c62f7ad8ce6e3f4eebd965b504b802a415e0a68',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f64__a_row__b_col': Instance(
         name='matmul__generic__f64__a_row__b_col',
@@ -2948,6 +2986,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='b86165d40568f1feff3f73587783e9c48008f60adb3a37f2e18192118de5f10c',
         tunables=(),
+        constraints=(),
     ),
     'matmul__generic__f64__a_row__b_row': Instance(
         name='matmul__generic__f64__a_row__b_row',
@@ -3022,6 +3061,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/generic.cl.j2',
         sha256='839f9fccd5d52da0d93afcff59d277ab5d3b0c65982b178c9c5d29e2d40008fd',
         tunables=(),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f16__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f16__a_col__b_col',
@@ -3096,6 +3136,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='9be11c0e5e6f5c64c568fbb0e701e085b2c49acd781536ab2a221cd42527bc55',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f16__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f16__a_col__b_row',
@@ -3170,6 +3211,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='53313e0802084b275f6472cb22ced579086e97a138eeb300900249c9b02eb80e',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f16__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f16__a_row__b_col',
@@ -3244,6 +3286,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='f21b24af2b06bf65ba99810650338889bab74fe8255e257c4745b949a0f5dd13',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f16__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f16__a_row__b_row',
@@ -3318,6 +3361,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='bc53a3e8e2d17fb1e3ae4e431650fbc4665c6f95d40851acac4d12bbcaf9d6aa',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f32__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f32__a_col__b_col',
@@ -3392,6 +3436,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='696c849ecf35da28fc8898de072d01e6ccdbd048f8cb03d03bc383a12714ec86',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f32__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f32__a_col__b_row',
@@ -3466,6 +3511,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='3ace969a998af4cfa35f0ce88a12df43ef81555aa5e40d32905c6a9d2cb271a9',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f32__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f32__a_row__b_col',
@@ -3540,6 +3586,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='8446d673b294509ee3c891e1b9834116fbd1e85a2d9eb31fa35aa849d1901e65',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f32__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f32__a_row__b_row',
@@ -3614,6 +3661,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='af2dd11b38a80ce632e73ccabb6cd98da49d4e8eeff1421b9b16d3232d5255ec',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f64__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f64__a_col__b_col',
@@ -3688,6 +3736,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='449687ff6e5b20fb2702de4d3497b6a78388ff065d5240adcaca8365c3002ddd',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f64__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f64__a_col__b_row',
@@ -3762,6 +3811,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='72420d211a86918e0e57a8406ff00d5d71b7a50a799bbf5b93410c3219d4f8cc',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f64__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f64__a_row__b_col',
@@ -3836,6 +3886,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='711f8f25f2eed6879a54e59f8dd0871cbd07064c7ae1524a226df23ed49da0e0',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'matmul__gpu_tiled__f64__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f64__a_row__b_row',
@@ -3910,6 +3961,7 @@ INSTANCES: dict[str, Instance] = {
         template='matmul/gpu_tiled.cl.j2',
         sha256='c3c43f20d5e5684b02d9a9ac8d987799e56a15a350598a8f86cdee3dcaf4aa52',
         tunables=(('TS', (8, 16, 32)),),
+        constraints=(),
     ),
     'maximum__cpu__f16': Instance(
         name='maximum__cpu__f16',
@@ -3968,6 +4020,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='e58c81a4186a42de01901ec71896083309d08483458265cd12a519d4b8ee9813',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'maximum__cpu__f32': Instance(
         name='maximum__cpu__f32',
@@ -4026,6 +4079,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='3c3add49a22ab0a9830093de83b955958ad6e274956a8be367d1376f9c999179',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'maximum__cpu__f64': Instance(
         name='maximum__cpu__f64',
@@ -4084,6 +4138,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='f1a4beef97ca504732a9aa45c97fb56de8efd3b33131418928c4bbddbfe611d4',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'maximum__generic__f16': Instance(
         name='maximum__generic__f16',
@@ -4142,6 +4197,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='8c245b92542eac675af87977d165e677da56829ae8c15654a5df3724945fa158',
         tunables=(),
+        constraints=(),
     ),
     'maximum__generic__f32': Instance(
         name='maximum__generic__f32',
@@ -4200,6 +4256,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='6a4a44e2db7bcc1a4ce0531b19bc953c7742f2ac7a73635e154d7d38efb59095',
         tunables=(),
+        constraints=(),
     ),
     'maximum__generic__f64': Instance(
         name='maximum__generic__f64',
@@ -4258,6 +4315,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='1dca4014780f222f2c5474f3e4f723add2a161db989d0b62f3a0d8de0bd71017',
         tunables=(),
+        constraints=(),
     ),
     'minimum__cpu__f16': Instance(
         name='minimum__cpu__f16',
@@ -4316,6 +4374,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='b9f2cdba9f6a0ebdfa07f2beb8ce23f773576ac60f0d0d36b71be57a68ce8292',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'minimum__cpu__f32': Instance(
         name='minimum__cpu__f32',
@@ -4374,6 +4433,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='2e2344edb695dcfd7924a0b9ab6738ff98dfdb8be1b24e368d1a219a2e291bb1',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'minimum__cpu__f64': Instance(
         name='minimum__cpu__f64',
@@ -4432,6 +4492,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='77c2f04b2e6f3823cf9241eef5cd5323ab781e2a89cad7a6a74c2e962d7238f5',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'minimum__generic__f16': Instance(
         name='minimum__generic__f16',
@@ -4490,6 +4551,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='638fce7d2c5e3e0acc42665e76444f85d6696dcb914fb8379208abf9d8f4c29c',
         tunables=(),
+        constraints=(),
     ),
     'minimum__generic__f32': Instance(
         name='minimum__generic__f32',
@@ -4548,6 +4610,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='bb8fd23e8c38b19ad200376b479abb25057c6be822199ebad79f559291143ea9',
         tunables=(),
+        constraints=(),
     ),
     'minimum__generic__f64': Instance(
         name='minimum__generic__f64',
@@ -4606,6 +4669,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='298e78c1b5207c3e4ad81fd246c61ae4c3476d16c0ec41107af2dca03827a905',
         tunables=(),
+        constraints=(),
     ),
     'mul__cpu__f16': Instance(
         name='mul__cpu__f16',
@@ -4664,6 +4728,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='41790dc61a89a81d3a6ad8d082d2b9e84003c6621a9c13d6bc2aaa1ab57bac57',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'mul__cpu__f32': Instance(
         name='mul__cpu__f32',
@@ -4722,6 +4787,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='0161f6a0484ed54294cb4c37652110b8fcfe8ad6e09ede255ad36fd1fc0eb735',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'mul__cpu__f64': Instance(
         name='mul__cpu__f64',
@@ -4780,6 +4846,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='6c6a6131e8f31d73aafd52ec0686975d9a0651e0ab7187fcac4245775a440dbb',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'mul__generic__f16': Instance(
         name='mul__generic__f16',
@@ -4838,6 +4905,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='6d9e1c23d9aed1c702ea107a85fd6a6924145e899fd136011df45dd7128a7606',
         tunables=(),
+        constraints=(),
     ),
     'mul__generic__f32': Instance(
         name='mul__generic__f32',
@@ -4896,6 +4964,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='669a0e6db36b4a609d875ee62a411ec9a0a32036e56527b978803dbb20006e3d',
         tunables=(),
+        constraints=(),
     ),
     'mul__generic__f64': Instance(
         name='mul__generic__f64',
@@ -4954,6 +5023,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='582bfd46a8ca8191af8cbe571ef78484b1d3c68577544f188054aa4f72f75a2e',
         tunables=(),
+        constraints=(),
     ),
     'relu__cpu__f16': Instance(
         name='relu__cpu__f16',
@@ -5004,6 +5074,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='5d75018c6202288e615a2ccb88e68827551f064753f825aa1d56e4db131060d8',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'relu__cpu__f32': Instance(
         name='relu__cpu__f32',
@@ -5054,6 +5125,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='1efa96d6538fe43c163df0d988912765b42b7795fd245a6ba7d0e4711e93d352',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'relu__cpu__f64': Instance(
         name='relu__cpu__f64',
@@ -5104,6 +5176,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='f90c0eb2149c17631f2c5982e99eeb7cb1816f93a0d6dbcc116e291700f9349d',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'relu__generic__f16': Instance(
         name='relu__generic__f16',
@@ -5154,6 +5227,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='dbad3a816355cc9cf3ede89810726defa9aa3debf9e0a78872a4c75624b8f5cc',
         tunables=(),
+        constraints=(),
     ),
     'relu__generic__f32': Instance(
         name='relu__generic__f32',
@@ -5204,6 +5278,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='72821d22b92a2e9a2a0c6785a9b93381727a2b87db0436d9ce41eb6f5e53c037',
         tunables=(),
+        constraints=(),
     ),
     'relu__generic__f64': Instance(
         name='relu__generic__f64',
@@ -5254,6 +5329,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='2d29d5323c70c0b3656172267a3b04bcf5cd135cd0c31b8039af49000e027247',
         tunables=(),
+        constraints=(),
     ),
     'sigmoid__cpu__f16': Instance(
         name='sigmoid__cpu__f16',
@@ -5304,6 +5380,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='9db60f318e651576bf13c79a00695d97b7e22c2c8eb30f76cff1f4041eaf2c7f',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'sigmoid__cpu__f32': Instance(
         name='sigmoid__cpu__f32',
@@ -5354,6 +5431,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='dee37df37aea18d499ac60661a7e621204dc0b1b8e0356924c7abb9e216c601c',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'sigmoid__cpu__f64': Instance(
         name='sigmoid__cpu__f64',
@@ -5404,6 +5482,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='791b627758e59cbc87f45ca4364f42e7c6bba1ba65d2f9571d6a342c1ebd6f3b',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'sigmoid__generic__f16': Instance(
         name='sigmoid__generic__f16',
@@ -5454,6 +5533,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='ebf974a73dbef4940dd580a12093f1cc5776c9ba634c27401bb6be6605581d86',
         tunables=(),
+        constraints=(),
     ),
     'sigmoid__generic__f32': Instance(
         name='sigmoid__generic__f32',
@@ -5504,6 +5584,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='8aead0c8537b86d474cda1a63f803f9c0300d26005829031bc2a197c39c12c48',
         tunables=(),
+        constraints=(),
     ),
     'sigmoid__generic__f64': Instance(
         name='sigmoid__generic__f64',
@@ -5554,6 +5635,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='98a3535cd531820ac37bd62e8677bc5dafd35cad3f4e3b5feab0be1170759653',
         tunables=(),
+        constraints=(),
     ),
     'softmax__cpu__f16': Instance(
         name='softmax__cpu__f16',
@@ -5612,6 +5694,7 @@ INSTANCES: dict[str, Instance] = {
         template='softmax/cpu.cl.j2',
         sha256='256cc4e880611cc742529a81f58e677b9124bcb5b40c081963e7784708c11fc1',
         tunables=(),
+        constraints=(),
     ),
     'softmax__cpu__f32': Instance(
         name='softmax__cpu__f32',
@@ -5670,6 +5753,7 @@ INSTANCES: dict[str, Instance] = {
         template='softmax/cpu.cl.j2',
         sha256='a240c42e7cb95cf579fbf3d89a9ec3bd5de2a4202d0c160d31734e1c1dcccd9c',
         tunables=(),
+        constraints=(),
     ),
     'softmax__cpu__f64': Instance(
         name='softmax__cpu__f64',
@@ -5728,6 +5812,7 @@ INSTANCES: dict[str, Instance] = {
         template='softmax/cpu.cl.j2',
         sha256='6a6b4bceb6272d62d6b30ba7e444e90bc32b47088fd40907eb50fd16cc320939',
         tunables=(),
+        constraints=(),
     ),
     'softmax__cpu_vec8__f16': Instance(
         name='softmax__cpu_vec8__f16',
@@ -5786,6 +5871,7 @@ INSTANCES: dict[str, Instance] = {
         template='softmax/cpu.cl.j2',
         sha256='dcf123fa62637fe284836b92b21f1d9a4893cc1ab5d81ef03edae1fd689f64d6',
         tunables=(),
+        constraints=(),
     ),
     'softmax__cpu_vec8__f32': Instance(
         name='softmax__cpu_vec8__f32',
@@ -5844,6 +5930,7 @@ INSTANCES: dict[str, Instance] = {
         template='softmax/cpu.cl.j2',
         sha256='dc8f9753dcec5329076cf1779a4f6106eda2f6856d25cde4b5dbf3a0f213ff33',
         tunables=(),
+        constraints=(),
     ),
     'softmax__cpu_vec8__f64': Instance(
         name='softmax__cpu_vec8__f64',
@@ -5902,6 +5989,7 @@ INSTANCES: dict[str, Instance] = {
         template='softmax/cpu.cl.j2',
         sha256='30a435e4be765c3afe85d504fd330d230539e53f5d21eeff6f9cf4cb98719f5d',
         tunables=(),
+        constraints=(),
     ),
     'softmax__generic__f16': Instance(
         name='softmax__generic__f16',
@@ -5960,6 +6048,7 @@ INSTANCES: dict[str, Instance] = {
         template='softmax/generic.cl.j2',
         sha256='b1783de9ba837996839cf28c55c42fb44e790dfe02e806f421694bfab48b888e',
         tunables=(),
+        constraints=(),
     ),
     'softmax__generic__f32': Instance(
         name='softmax__generic__f32',
@@ -6018,6 +6107,7 @@ INSTANCES: dict[str, Instance] = {
         template='softmax/generic.cl.j2',
         sha256='8d3d98a3a719e8268cdffec5ec7d4223351ca74feb2939c41a9d80572e8af019',
         tunables=(),
+        constraints=(),
     ),
     'softmax__generic__f64': Instance(
         name='softmax__generic__f64',
@@ -6076,6 +6166,7 @@ INSTANCES: dict[str, Instance] = {
         template='softmax/generic.cl.j2',
         sha256='c77e349b4231d546280913444e9c5428ccacec3cda14bcc7fd784b285771ec88',
         tunables=(),
+        constraints=(),
     ),
     'sub__cpu__f16': Instance(
         name='sub__cpu__f16',
@@ -6134,6 +6225,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='de1ca631054c47930b79b4047bae127cc857037117f88424ae21e276f604a3c0',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'sub__cpu__f32': Instance(
         name='sub__cpu__f32',
@@ -6192,6 +6284,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='8c93c4d201ac40bd907e78cec12c3e53e910072dbd60c64166e3441ade24da3a',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'sub__cpu__f64': Instance(
         name='sub__cpu__f64',
@@ -6250,6 +6343,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='2e78a375103df402ffe74eb86f3ab64eb5787b0f50ce06b4825addf86c1bcba8',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'sub__generic__f16': Instance(
         name='sub__generic__f16',
@@ -6308,6 +6402,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='c912ce4424018b141db6bc21922630d812cd76d5e17d3c5d909d1ad96a488479',
         tunables=(),
+        constraints=(),
     ),
     'sub__generic__f32': Instance(
         name='sub__generic__f32',
@@ -6366,6 +6461,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='c202f438df23e87d7ba3e80880334e808588260ca3f732bd9a4f58c3dda2a7e4',
         tunables=(),
+        constraints=(),
     ),
     'sub__generic__f64': Instance(
         name='sub__generic__f64',
@@ -6424,6 +6520,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='8690ef816807a2e6547f0a8c630a782105c44d6172dd926968de275936e7c43f',
         tunables=(),
+        constraints=(),
     ),
     'sum__cpu__f16': Instance(
         name='sum__cpu__f16',
@@ -6482,6 +6579,7 @@ INSTANCES: dict[str, Instance] = {
         template='reduce/cpu.cl.j2',
         sha256='70e4348da2f099e3271c826e0d4ba1d3220577fa13e8e0fd1d3851d5cb60b76f',
         tunables=(),
+        constraints=(),
     ),
     'sum__cpu__f32': Instance(
         name='sum__cpu__f32',
@@ -6540,6 +6638,7 @@ INSTANCES: dict[str, Instance] = {
         template='reduce/cpu.cl.j2',
         sha256='a44ade5d390d9e3ec1f7165612ee71a7b75b7484c193bccbad7e14fbb259143d',
         tunables=(),
+        constraints=(),
     ),
     'sum__cpu__f64': Instance(
         name='sum__cpu__f64',
@@ -6598,6 +6697,7 @@ INSTANCES: dict[str, Instance] = {
         template='reduce/cpu.cl.j2',
         sha256='769046ae2433088f9fbea21c59f14bfdf31f0906fa56c6fbc1d2853e4cb7be34',
         tunables=(),
+        constraints=(),
     ),
     'sum__generic__f16': Instance(
         name='sum__generic__f16',
@@ -6656,6 +6756,7 @@ INSTANCES: dict[str, Instance] = {
         template='reduce/generic.cl.j2',
         sha256='b50b645250e597dbbadbe1252ad3948a751cee677d40de5167250d713eecfba0',
         tunables=(),
+        constraints=(),
     ),
     'sum__generic__f32': Instance(
         name='sum__generic__f32',
@@ -6714,6 +6815,7 @@ INSTANCES: dict[str, Instance] = {
         template='reduce/generic.cl.j2',
         sha256='84b524f01c4c74fee4ffe7ca3ed4a54899c547982966427565246b987e885a21',
         tunables=(),
+        constraints=(),
     ),
     'sum__generic__f64': Instance(
         name='sum__generic__f64',
@@ -6772,6 +6874,7 @@ INSTANCES: dict[str, Instance] = {
         template='reduce/generic.cl.j2',
         sha256='cdd3c9c2b921470f8bf852f56d740aa827263278795fbd841b5ada9e91eb2b42',
         tunables=(),
+        constraints=(),
     ),
     'sum__gpu_workgroup__f16': Instance(
         name='sum__gpu_workgroup__f16',
@@ -6830,6 +6933,7 @@ INSTANCES: dict[str, Instance] = {
         template='reduce/gpu_workgroup.cl.j2',
         sha256='1cec4254b73a1c42dc79f9267b9c25cfd143ed46f43a9b3bf6ac26bdb32f2647',
         tunables=(('WG', (64, 128, 256)),),
+        constraints=('is_pow2(WG)',),
     ),
     'sum__gpu_workgroup__f32': Instance(
         name='sum__gpu_workgroup__f32',
@@ -6888,6 +6992,7 @@ INSTANCES: dict[str, Instance] = {
         template='reduce/gpu_workgroup.cl.j2',
         sha256='62cc6f3eaf742cb9cf7810d2e033b4dd25e381387da0b2c3f167cc1a3c1c2910',
         tunables=(('WG', (64, 128, 256)),),
+        constraints=('is_pow2(WG)',),
     ),
     'sum__gpu_workgroup__f64': Instance(
         name='sum__gpu_workgroup__f64',
@@ -6946,6 +7051,7 @@ INSTANCES: dict[str, Instance] = {
         template='reduce/gpu_workgroup.cl.j2',
         sha256='40414375fa34333027943647e00df851d26afacb3fb3c373d806558924d2c5ec',
         tunables=(('WG', (64, 128, 256)),),
+        constraints=('is_pow2(WG)',),
     ),
     'tanh__cpu__f16': Instance(
         name='tanh__cpu__f16',
@@ -6996,6 +7102,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='461cb3e6e5a8ef1c6b23c32c2f23b28f69db0e4ff46790ecaa4d9446dda6a66a',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'tanh__cpu__f32': Instance(
         name='tanh__cpu__f32',
@@ -7046,6 +7153,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='09dee37a2235aabdac64c4464e2984a24349f33cda51de19f20e17cc4e29c842',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'tanh__cpu__f64': Instance(
         name='tanh__cpu__f64',
@@ -7096,6 +7204,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/cpu.cl.j2',
         sha256='d8dbc7e2e2b95d9d8fdc01e64d066f046afbed93943d22e3e175943d162ae15a',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
+        constraints=('CHUNK % 8 == 0',),
     ),
     'tanh__generic__f16': Instance(
         name='tanh__generic__f16',
@@ -7146,6 +7255,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='5906ce44c6465b89774f18571ebeee5308bb1a03b2b2af446d04f5950b26d1fe',
         tunables=(),
+        constraints=(),
     ),
     'tanh__generic__f32': Instance(
         name='tanh__generic__f32',
@@ -7196,6 +7306,7 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='6e4cefc9c5e6dfd719bb4c7e0d9a094b88813b50dbdfd4db6811811ca16f3984',
         tunables=(),
+        constraints=(),
     ),
     'tanh__generic__f64': Instance(
         name='tanh__generic__f64',
@@ -7246,5 +7357,6 @@ INSTANCES: dict[str, Instance] = {
         template='elementwise/generic.cl.j2',
         sha256='ae99d754dcdeadefdc15a03abbbc07e0bff0f0b78d6f895f3339e881dec8a1c0',
         tunables=(),
+        constraints=(),
     ),
 }

@@ -7,14 +7,10 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from .errors import ClforgeError, SpecError, StaleError
+from .errors import ClforgeError, SpecError, StaleError, UsageError
 from .paths import DEFAULT, Layout
 
 Command = Callable[[argparse.Namespace], int]
-
-
-class UsageError(ClforgeError):
-    """Bad command-line arguments (exit status 2)."""
 
 
 def _layout(args: argparse.Namespace) -> Layout:
@@ -78,7 +74,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .errors import DeviceError
-    from .lint import FORMATS, LintUsageError, lint, list_rules
+    from .lint import FORMATS, lint, list_rules
 
     if args.list_rules:
         sys.stdout.write(list_rules())
@@ -90,7 +86,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
             freshness=not args.no_freshness,
             compile=args.compile,
         )
-    except (LintUsageError, DeviceError) as exc:
+    except DeviceError as exc:
         print(f"clforge lint: error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.write(FORMATS[args.format](report))

@@ -103,6 +103,7 @@ class Instance:
     template: str  # the template it was rendered from, relative to templates/
     sha256: str = ""
     tunables: tuple[tuple[str, tuple[int, ...]], ...] = field(default=())
+    constraints: tuple[str, ...] = ()  # param-only conditions every tuned choice must meet
 
     def layout_of(self, tensor: str) -> str:
         return dict(self.layouts)[tensor]

@@ -103,5 +103,9 @@ class BuildError(ClforgeError):
         super().__init__(f"building {instance} failed:\n{log}")
 
 
+class UsageError(ClforgeError):
+    """Bad command-line arguments or paths (the CLI exits with status 2)."""
+
+
 class DeviceError(ClforgeError):
     """No usable OpenCL device, or a device profile that cannot be read."""

@@ -131,6 +131,7 @@ def expand(loaded: LoadedSpec) -> list[Instance]:
                         source=f"kernels/{spec.op}/{name}.cl",
                         template=v.template,
                         tunables=tuple(sorted(v.tunables.items())),
+                    constraints=v.constraints,
                     )
                 )
     if diags:

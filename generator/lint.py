@@ -31,6 +31,7 @@ from .errors import (
     SpecError,
     StaleError,
     TemplateError,
+    UsageError,
 )
 from .expand import expand, op_signature
 from .paths import DEFAULT, Layout
@@ -39,10 +40,6 @@ from .validate import LoadedSpec, check_text, duplicate_ops, read_spec, spec_fil
 
 MODELINE = "# yaml-language-server: $schema=schema.json"
 _MODELINE = re.compile(r"#\s*yaml-language-server:\s*\$schema=\S+")
-
-
-class LintUsageError(ClforgeError):
-    """The linter was asked something it cannot do (a path that does not exist, ...)."""
 
 
 @dataclass(frozen=True)
@@ -80,18 +77,18 @@ def spec_paths(paths: Sequence[Path], layout: Layout = DEFAULT) -> list[Path]:
     if not paths:
         found = spec_files(layout.specs)
         if not found:
-            raise LintUsageError(f"no spec files (*.yaml) in {layout.rel(layout.specs)}/")
+            raise UsageError(f"no spec files (*.yaml) in {layout.rel(layout.specs)}/")
         return found
     out: dict[Path, Path] = {}
     for p in paths:
         if p.is_dir():
             found = spec_files(p)
             if not found:
-                raise LintUsageError(f"{p}: no spec files (*.yaml) in this folder")
+                raise UsageError(f"{p}: no spec files (*.yaml) in this folder")
         elif p.is_file():
             found = [p]
         else:
-            raise LintUsageError(f"{p}: no such file or folder")
+            raise UsageError(f"{p}: no such file or folder")
         for f in found:
             out.setdefault(f.resolve(), f)
     return list(out.values())
@@ -300,7 +297,7 @@ def lint(
     files = spec_paths(paths, layout)
     own = all(f.resolve().parent == layout.specs.resolve() for f in files)
     if compile and not own:
-        raise LintUsageError("--compile builds the tree's own specs: lint files under specs/")
+        raise UsageError("--compile builds the tree's own specs: lint files under specs/")
     findings: list[Diagnostic] = []
     loaded: list[LoadedSpec] = []
     for f in files:

@@ -16,8 +16,9 @@ from .names import identifier_problem
 from .paths import DEFAULT, Layout
 
 
-def _template_line(exc: BaseException) -> str:
-    """`template.cl.j2:LINE` of the innermost template frame of a rendering error."""
+def _template_line(exc: BaseException, root: Path) -> str:
+    """`family/template.cl.j2:LINE` (relative to the template folder) of the innermost template
+    frame of a rendering error."""
     if isinstance(exc, jinja2.TemplateSyntaxError):
         return f"{exc.name or exc.filename}:{exc.lineno}"
     where = ""
@@ -25,7 +26,11 @@ def _template_line(exc: BaseException) -> str:
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename
         if name.endswith(".j2"):
-            where = f"{Path(name).name}:{tb.tb_lineno}"
+            try:
+                shown = Path(name).resolve().relative_to(root.resolve()).as_posix()
+            except ValueError:
+                shown = Path(name).name
+            where = f"{shown}:{tb.tb_lineno}"
         tb = tb.tb_next
     return where or "?"
 
@@ -74,7 +79,7 @@ class Renderer:
         except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
             msg = getattr(exc, "message", None) or str(exc)
             raise TemplateError(
-                f"{_template_line(exc)}: rendering {inst.name} failed: {msg}"
+                f"{_template_line(exc, self.layout.templates)}: rendering {inst.name} failed: {msg}"
             ).with_traceback(None) from None
         except RecursionError:
             raise TemplateError(f"{template}: rendering {inst.name} recursed too deeply") from None

@@ -8,11 +8,13 @@ documents that expand to an absurd number of nodes through aliases (the billion-
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Hashable
 from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.reader import Reader
 
 from .errors import Diagnostic, Location
 
@@ -84,6 +86,15 @@ class _Converter:
             raise YamlProblem(
                 Diagnostic(_loc(self.path, node), "yaml-syntax", f"bad scalar: {exc.problem}")
             ) from None
+        except ValueError:  # int() refuses digit strings past sys.get_int_max_str_digits()
+            limit = sys.get_int_max_str_digits() or 4300
+            raise YamlProblem(
+                Diagnostic(
+                    _loc(self.path, node),
+                    "yaml-syntax",
+                    f"a number longer than {limit} digits cannot be read",
+                )
+            ) from None
 
     def _mapping(self, node: yaml.MappingNode, depth: int) -> LocMap:
         out = LocMap()
@@ -130,8 +141,20 @@ def load_yaml(text: str, path: str) -> Any:
         loc = Location(path, mark.line + 1, mark.column + 1) if mark else Location(path)
         problem = exc.problem or exc.context or "invalid YAML"
         raise YamlProblem(Diagnostic(loc, "yaml-syntax", f"YAML syntax error: {problem}")) from None
-    except yaml.YAMLError as exc:
-        raise YamlProblem(Diagnostic(Location(path), "yaml-syntax", f"YAML error: {exc}")) from None
+    except yaml.YAMLError as exc:  # e.g. a character YAML forbids: PyYAML gives no mark
+        m = Reader.NON_PRINTABLE.search(text)
+        if m:
+            raise YamlProblem(
+                Diagnostic(
+                    offset_location(text, path, m.start()),
+                    "yaml-syntax",
+                    f"character U+{ord(m.group()):04X} is not allowed in YAML (a control or "
+                    "special character)",
+                )
+            ) from None
+        raise YamlProblem(
+            Diagnostic(Location(path, 1, 1), "yaml-syntax", f"YAML error: {exc}")
+        ) from None
     except RecursionError:
         raise YamlProblem(
             Diagnostic(Location(path), "yaml-syntax", "nesting too deep to parse")
@@ -139,6 +162,12 @@ def load_yaml(text: str, path: str) -> Any:
     if node is None:
         return None
     return _Converter(path).convert(node)
+
+
+def offset_location(text: str, path: str, offset: int) -> Location:
+    """The line and column of character `offset` of `text`."""
+    line = text.count("\n", 0, offset) + 1
+    return Location(path, line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
 
 
 def locate(root: Any, keys: tuple[int | str, ...], *, at_key: bool = False) -> Location | None:

@@ -51,7 +51,9 @@ def parse_target(text: str) -> Target:
         if text.startswith(prefix):
             name = text[len(prefix) :].strip()
             if not _NAME.match(name):
-                raise ValueError(f"{text!r}: a {prefix[:-1]} name is 1-64 letters, digits, '_.+- '")
+                raise ValueError(
+                    f"{text!r}: the name after {prefix!r} is 1-64 letters, digits, '_.+- '"
+                )
             return Target(level, name)
     raise ValueError(
         f"unknown target {text!r}; use generic, a device type ({', '.join(DEVICE_TYPES)}), "

@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import itertools
 import re
-import sys
 import types
 import typing
 from collections.abc import Iterator, Sequence
@@ -19,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from yaml.reader import Reader
 
 from . import guards
 from .errors import Diagnostic, GuardError, Location, SpecError
@@ -698,39 +696,6 @@ def template_problems(template: str, layout: Layout) -> Iterator[str]:
 # --- entry points -------------------------------------------------------------------------------
 
 
-def _unreadable_number(text: str, path: str) -> Diagnostic:
-    """Where a YAML number too long to convert is (Python refuses int() of very long digit
-    strings with ValueError, which the YAML constructor does not turn into a marked error)."""
-    limit = sys.get_int_max_str_digits() or 4300
-    m = re.search(f"[0-9][0-9_]{{{limit},}}", text)
-    return Diagnostic(
-        _offset_location(text, path, m.start() if m else 0),
-        "yaml-syntax",
-        f"a number longer than {limit} digits cannot be read",
-    )
-
-
-def _offset_location(text: str, path: str, offset: int) -> Location:
-    line = text.count("\n", 0, offset) + 1
-    return Location(path, line, offset - (text.rfind("\n", 0, offset) + 1) + 1)
-
-
-def _yaml_problem(d: Diagnostic, text: str) -> Diagnostic:
-    """`d` located in the file even where PyYAML gives no mark: a character YAML does not
-    allow (found with PyYAML's own pattern) or, failing that, the file's start."""
-    if d.loc.line > 0:
-        return d
-    m = Reader.NON_PRINTABLE.search(text)
-    if m:
-        return Diagnostic(
-            _offset_location(text, d.loc.path, m.start()),
-            d.rule,
-            f"character U+{ord(m.group()):04X} is not allowed in YAML (a control or "
-            "special character)",
-        )
-    return Diagnostic(Location(d.loc.path, 1, 1), d.rule, d.message)
-
-
 def _kind(value: Any) -> str:
     if value is None:
         return "an empty document"
@@ -746,9 +711,7 @@ def check_text(
     try:
         tree = load_yaml(text, path)
     except YamlProblem as exc:
-        return None, [_yaml_problem(exc.diagnostic, text)]
-    except ValueError:
-        return None, [_unreadable_number(text, path)]
+        return None, [exc.diagnostic]
     col = _Collector(path, tree)
     if not isinstance(tree, LocMap):
         col.diags.append(
