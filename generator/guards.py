@@ -116,6 +116,21 @@ _ARITH: dict[str, Callable[[int, int], int]] = {
 }
 
 
+Fn = Callable[[Env], int]
+
+
+def _both(lf: Fn, rf: Fn) -> Fn:
+    return lambda e: int(bool(lf(e)) and bool(rf(e)))
+
+
+def _either(lf: Fn, rf: Fn) -> Fn:
+    return lambda e: int(bool(lf(e)) or bool(rf(e)))
+
+
+def _apply(f: Callable[[int, int], int], lf: Fn, rf: Fn) -> Fn:
+    return lambda e: f(lf(e), rf(e))
+
+
 @dataclass(frozen=True)
 class _Node:
     kind: Kind
@@ -168,12 +183,11 @@ class _Parser:
             rhs_tok = self.peek()
             rhs = sub()
             self.want(rhs, "bool", rhs_tok, f"'{word}'")
-            lf, rf = node.fn, rhs.fn
-            if word == "and":
-                fn: Callable[[Env], int] = lambda e, lf=lf, rf=rf: int(bool(lf(e)) and bool(rf(e)))
-            else:
-                fn = lambda e, lf=lf, rf=rf: int(bool(lf(e)) or bool(rf(e)))
-            node = _Node("bool", node.names | rhs.names, fn)
+            node = _Node(
+                "bool",
+                node.names | rhs.names,
+                _both(node.fn, rhs.fn) if word == "and" else _either(node.fn, rhs.fn),
+            )
             del op_tok
         return node
 
@@ -218,10 +232,7 @@ class _Parser:
             rhs = sub()
             self.want(node, "int", tok, f"'{op}'")
             self.want(rhs, "int", rtok, f"'{op}'")
-            f, lf, rf = _ARITH[op], node.fn, rhs.fn
-            node = _Node(
-                "int", node.names | rhs.names, lambda e, f=f, lf=lf, rf=rf: f(lf(e), rf(e))
-            )
+            node = _Node("int", node.names | rhs.names, _apply(_ARITH[op], node.fn, rhs.fn))
         return node
 
     def sum_(self) -> _Node:

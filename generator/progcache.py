@@ -76,7 +76,8 @@ class ProgramCache:
         prog = self._from_source(ctx, name, source, options)
         self.stats.builds += 1
         if path is not None:
-            binary = prog.get_info(cl.program_info.BINARIES)[0]
+            binaries: list[bytes] = prog.get_info(cl.program_info.BINARIES)  # type: ignore[assignment]
+            binary = binaries[0] if binaries else b""
             if binary:
                 try:
                     atomic_write_bytes(path, bytes(binary))

@@ -148,7 +148,7 @@ class Runtime:
                 buffers.append((i, a.name))
                 args.append(None)
             else:
-                args.append(_SCALAR[a.ctype](scalars[a.name]))
+                args.append(_SCALAR[a.ctype](scalars[a.name]))  # type: ignore[arg-type]
         outputs = []
         for t in op.outputs:
             shape = tuple(dims[d] for d in t.shape)
@@ -235,5 +235,5 @@ class Runtime:
             allocator=self.allocator,
         )
         if host.size:
-            cl.enqueue_copy(self.queue, out.base_data, storage)
+            cl.enqueue_copy(self.queue, out.base_data, storage)  # type: ignore[arg-type]
         return out

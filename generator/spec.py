@@ -58,7 +58,7 @@ def _tensor_schema(schema: JsonDict) -> None:
 
 def _arch_schema(schema: JsonDict) -> None:
     # `arch: cpu` is shorthand for `arch: [cpu]`
-    listed = {k: schema.pop(k) for k in ("type", "items", "minItems") if k in schema}
+    listed: JsonDict = {k: schema.pop(k) for k in ("type", "items", "minItems") if k in schema}
     schema["anyOf"] = [{"type": "string"}, listed]
 
 

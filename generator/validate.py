@@ -25,7 +25,7 @@ from .layouts import LAYOUTS
 from .names import identifier_problem
 from .paths import DEFAULT, Layout
 from .source import LocMap, YamlProblem, load_yaml, locate
-from .spec import OpSpec, VariantSpec
+from .spec import OpSpec, Requires, VariantSpec
 from .targets import Level, Target, parse_target
 
 Path_ = tuple[int | str, ...]
@@ -587,7 +587,7 @@ def _check_coverage(col: _Collector, spec: OpSpec) -> None:
                 short.append(f"lacks layout {'/'.join(lacking)} of {t}")
         if v.when is not None:
             short.append("has a when: guard")
-        if v.requires != type(v.requires)():
+        if v.requires != Requires():
             short.append("has requires:")
         if not short:
             return
