@@ -83,10 +83,10 @@ class Conv2d(Convention):
             )
         if layout == "NCHW":
             return Canonical(arrays, attrs)
-        arrays[x] = arrays[x].transpose(0, 3, 1, 2)  # logical NCHW over channels-last memory
+        arrays[x] = arrays[x].transpose((0, 3, 1, 2))  # logical NCHW over channels-last memory
 
         def finish(outs: dict[str, Any]) -> dict[str, Any]:
-            return {**outs, y: outs[y].transpose(0, 2, 3, 1)}
+            return {**outs, y: outs[y].transpose((0, 2, 3, 1))}
 
         return Canonical(arrays, attrs, finish)
 

@@ -13,7 +13,7 @@ from .base import Arrays, Case, Reference
 
 def _conv2d(a: Arrays, attrs: dict[str, Any]) -> dict[str, np.ndarray]:
     x, w = a["x"], a["w"]
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     k, cg, r, s = w.shape
     sh, sw = attrs.get("stride_h", 1), attrs.get("stride_w", 1)
     ph, pw = attrs.get("pad_h", 0), attrs.get("pad_w", 0)
