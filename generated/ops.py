@@ -13,6 +13,8 @@ from generator.dispatch import call_op
 
 __all__ = [
     'add',
+    'attention',
+    'conv2d',
     'div',
     'exp',
     'gelu',
@@ -43,6 +45,47 @@ def add(
     Spec: specs/add.yaml.
     """
     return call_op('add', (a, b), {}, {}, queue)
+
+
+def attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    scale: float | None = None,
+    causal: int = 0,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """scaled dot-product attention, per batch b and head h: o[i, :] = sum over j of softmax_j(scale * q[i, :] . k[j, :]) * v[j, :], the softmax numerically stable (row max subtracted). causal = 1 masks key j for query i when j > i (top-left aligned, as PyTorch's is_causal: query i sees keys 0..i whatever SK is). A row without any key (SK = 0) gives zeros. The eager function's scale defaults to 1 / sqrt(D)
+
+    Inputs: q [B, H, SQ, D] (f32), k [B, H, SK, D] (f32), v [B, H, SK, DV] (f32).
+    Returns: o [B, H, SQ, DV] (f32).
+    Calling convention: attention (q, k, v are (B, H, S, D) or, without heads, (B, S, D), all of one rank; the output takes that rank; scale defaults to 1 / sqrt(D)).
+    Spec: specs/attention.yaml.
+    """
+    return call_op('attention', (q, k, v), {'causal': causal}, {'scale': scale}, queue)
+
+
+def conv2d(
+    x: Any,
+    w: Any,
+    bias: Any = None,
+    *,
+    layout: str = 'NCHW',
+    stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    groups: int = 1,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """2-d convolution (cross-correlation, as in PyTorch): y[n, k, oh, ow] = bias[k] + sum over c, r, s of x[n, g * CG + c, oh * stride_h - pad_h + r * dil_h, ow * stride_w - pad_w + s * dil_w] * w[k, c, r, s] with g = k / (K / groups) and zeros outside the input; x and y row-major (NCHW) or channels-last (NHWC); the eager function takes stride, padding and dilation as an int or a pair
+
+    Inputs: x [N, C, H, W] (f32|f64|f16; row|nhwc-major), w [K, CG, R, S] (f32|f64|f16), bias [K] (f32|f64|f16; optional, default all 0).
+    Returns: y [N, K, OH, OW] (f32|f64|f16; row|nhwc-major).
+    Calling convention: conv2d (x is (N, C, H, W) with layout='NCHW' or (N, H, W, C) with layout='NHWC' (viewed as NCHW stored channels-last, no copy); w is (K, C / groups, R, S); stride, padding and dilation are an int or an (h, w) pair; y comes back in x's layout).
+    Spec: specs/conv2d.yaml.
+    """
+    return call_op('conv2d', (x, w, bias), {'groups': groups}, {'layout': layout, 'stride': stride, 'padding': padding, 'dilation': dilation}, queue)
 
 
 def div(

@@ -119,6 +119,18 @@ CASES = (
         lambda s: 2.0 * s["M"] * s["N"] * s["K"],
         "GFLOP/s",
     ),
+    Case(
+        "conv2d",
+        {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3, "OH": 54, "OW": 54},
+        lambda s: 2.0 * s["N"] * s["K"] * s["OH"] * s["OW"] * s["CG"] * s["R"] * s["S"],
+        "GFLOP/s",
+    ),
+    Case(
+        "attention",
+        {"B": 1, "H": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64},
+        lambda s: 2.0 * s["B"] * s["H"] * s["SQ"] * s["SK"] * (s["D"] + s["DV"]),
+        "GFLOP/s",
+    ),
 )
 
 

@@ -7,4 +7,6 @@ CONVENTION_NAMES: tuple[str, ...] = (
     "broadcast",  # NumPy broadcasting up to the op's rank
     "axis",  # an `axis` argument: arrays reshaped to [B, R, I] around it
     "trailing",  # normalization over the trailing `axes` axes: arrays reshaped to [B, R]
+    "conv2d",  # NCHW or NHWC arrays; stride, padding, dilation as ints or pairs
+    "attention",  # q, k, v with or without a heads axis; scale 1/sqrt(D) by default
 )

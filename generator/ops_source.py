@@ -33,13 +33,14 @@ def _function(op: OpSig) -> str:
     conv = CONVENTIONS[op.call]
     params = [f"{t.name}: Any" + (" = None" if t.optional else "") for t in op.inputs] + ["*"]
     params += [f"{p.name}: {p.annotation} = {p.default}" for p in conv.params(op)]
-    for a in op.attrs:
+    attr_sigs = [a for a in op.attrs if a.name not in conv.supplies(op)]
+    for a in attr_sigs:
         pytype = "int" if a.type == "int" else "float"
         default = repr(a.default) if a.default is not None else "None"
         params.append(f"{a.name}: {pytype}{' | None' if a.default is None else ''} = {default}")
     params.append("queue: cl.CommandQueue | None = None")
     inputs = ", ".join(t.name for t in op.inputs) + ("," if len(op.inputs) == 1 else "")
-    attrs = ", ".join(f"{a.name!r}: {a.name}" for a in op.attrs)
+    attrs = ", ".join(f"{a.name!r}: {a.name}" for a in attr_sigs)
     options = ", ".join(f"{p.name!r}: {p.name}" for p in conv.params(op))
     ret = "Any" if len(op.outputs) == 1 else f"tuple[{', '.join('Any' for _ in op.outputs)}]"
     doc = [op.doc or op.name, ""]

@@ -41,6 +41,11 @@ class Convention:
     def params(self, op: OpSig) -> tuple[PyParam, ...]:
         return ()
 
+    def supplies(self, op: OpSig) -> tuple[str, ...]:
+        """Attributes the convention computes from its own parameters (`Canonical.attrs`); the
+        eager function does not take them, so their spec defaults cannot override the result."""
+        return ()
+
     def problems(self, op: OpSig) -> list[str]:
         """Why `op`'s signature does not fit this convention (lint reports these)."""
         return []

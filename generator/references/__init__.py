@@ -13,11 +13,12 @@ from collections.abc import Mapping
 import numpy as np
 
 from .base import Arrays, Case, Reference, make_input
+from .conv import REFERENCES as _CONV
 from .elementwise import REFERENCES as _ELEMENTWISE
 from .linalg import REFERENCES as _LINALG
 from .reduce import REFERENCES as _REDUCE
 
-REFERENCES: dict[str, Reference] = {**_ELEMENTWISE, **_REDUCE, **_LINALG}
+REFERENCES: dict[str, Reference] = {**_ELEMENTWISE, **_REDUCE, **_LINALG, **_CONV}
 
 
 def expected(

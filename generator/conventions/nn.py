@@ -1,0 +1,140 @@
+"""The neural-network conventions: conv2d (NCHW or NHWC arrays, PyTorch-style stride, padding
+and dilation) and attention (with or without a heads axis, scale 1/sqrt(D) by default)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from typing import Any
+
+from ..contract import OpSig
+from ..errors import CallError
+from .base import Canonical, Convention, PyParam, array_of, reshape
+
+_PAIRS = (("stride", "stride_h", "stride_w"), ("padding", "pad_h", "pad_w"))
+_PAIRS += (("dilation", "dil_h", "dil_w"),)
+_CONV_DIMS = (("N", "C", "H", "W"), ("K", "CG", "R", "S"))
+
+
+def _pair(op: OpSig, name: str, value: Any) -> tuple[int, int]:
+    """An int or a pair of ints, as (height, width)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, value
+    if (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
+        return int(value[0]), int(value[1])
+    raise CallError(f"{op.name}: {name} must be an int or a pair of ints, got {value!r}")
+
+
+class Conv2d(Convention):
+    name = "conv2d"
+    doc = (
+        "x is (N, C, H, W) with layout='NCHW' or (N, H, W, C) with layout='NHWC' (viewed as "
+        "NCHW stored channels-last, no copy); w is (K, C / groups, R, S); stride, padding and "
+        "dilation are an int or an (h, w) pair; y comes back in x's layout"
+    )
+
+    def params(self, op: OpSig) -> tuple[PyParam, ...]:
+        pair = "int | tuple[int, int]"
+        return (
+            PyParam("layout", "str", "'NCHW'"),
+            PyParam("stride", pair, "1"),
+            PyParam("padding", pair, "0"),
+            PyParam("dilation", pair, "1"),
+        )
+
+    def supplies(self, op: OpSig) -> tuple[str, ...]:
+        return tuple(n for _, *hw in _PAIRS for n in hw)
+
+    def problems(self, op: OpSig) -> list[str]:
+        out = []
+        shapes = tuple(t.shape for t in op.inputs[:2])
+        if shapes != _CONV_DIMS or len(op.outputs) != 1 or len(op.outputs[0].shape) != 4:
+            out.append(
+                "call: conv2d needs inputs x [N, C, H, W], w [K, CG, R, S] and one 4-d output"
+            )
+        names = {a.name for a in op.attrs if a.type == "int"}
+        missing = [n for n in self.supplies(op) if n not in names]
+        if missing:
+            out.append(f"call: conv2d needs the int attributes {', '.join(missing)}")
+        return out
+
+    def canonical(
+        self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> Canonical:
+        arrays = {k: array_of(op, k, v) for k, v in inputs.items() if v is not None}
+        layout = options.get("layout", "NCHW")
+        if layout not in ("NCHW", "NHWC"):
+            raise CallError(f"{op.name}: layout must be 'NCHW' or 'NHWC', got {layout!r}")
+        x, y = op.inputs[0].name, op.outputs[0].name
+        if arrays[x].ndim != 4:
+            raise CallError(
+                f"{op.name}: input {x!r} has rank {arrays[x].ndim} (shape "
+                f"{tuple(arrays[x].shape)}); it must be 4-d ({layout})"
+            )
+        attrs: dict[str, Any] = {}
+        for option, h, w in _PAIRS:
+            attrs[h], attrs[w] = _pair(
+                op, option, options.get(option, 1 if option != "padding" else 0)
+            )
+        if layout == "NCHW":
+            return Canonical(arrays, attrs)
+        arrays[x] = arrays[x].transpose((0, 3, 1, 2))  # logical NCHW over channels-last memory
+
+        def finish(outs: dict[str, Any]) -> dict[str, Any]:
+            return {**outs, y: outs[y].transpose((0, 2, 3, 1))}
+
+        return Canonical(arrays, attrs, finish)
+
+
+class Attention(Convention):
+    name = "attention"
+    doc = (
+        "q, k, v are (B, H, S, D) or, without heads, (B, S, D), all of one rank; the output "
+        "takes that rank; scale defaults to 1 / sqrt(D)"
+    )
+
+    def params(self, op: OpSig) -> tuple[PyParam, ...]:
+        return (PyParam("scale", "float | None", "None"),)
+
+    def supplies(self, op: OpSig) -> tuple[str, ...]:
+        return ("scale",)
+
+    def problems(self, op: OpSig) -> list[str]:
+        out = []
+        if any(len(t.shape) != 4 for t in op.inputs + op.outputs):
+            out.append("call: attention needs 4-d inputs and outputs [B, H, S, D]")
+        if not any(a.name == "scale" and a.type == "float" for a in op.attrs):
+            out.append("call: attention needs a float attribute scale")
+        return out
+
+    def canonical(
+        self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> Canonical:
+        arrays = {k: array_of(op, k, v) for k, v in inputs.items() if v is not None}
+        ranks = {a.ndim for a in arrays.values()}
+        if len(ranks) != 1 or not ranks <= {3, 4}:
+            shown = ", ".join(f"{k} {tuple(a.shape)}" for k, a in arrays.items())
+            raise CallError(
+                f"{op.name}: inputs must all be (B, H, S, D) or all (B, S, D); got {shown}"
+            )
+        q = arrays[op.inputs[0].name]
+        scale = options.get("scale")
+        if scale is None:
+            d = q.shape[-1]
+            scale = 1.0 / math.sqrt(d) if d else 1.0  # D = 0: every score is 0 anyway
+        elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise CallError(f"{op.name}: scale must be a number, got {scale!r}")
+        attrs = {"scale": float(scale)}
+        if ranks == {4}:
+            return Canonical(arrays, attrs)
+        headed = {k: reshape(op, k, a, (a.shape[0], 1, *a.shape[1:])) for k, a in arrays.items()}
+
+        def finish(outs: dict[str, Any]) -> dict[str, Any]:
+            return {k: v.reshape((v.shape[0], *v.shape[2:])) for k, v in outs.items()}
+
+        return Canonical(headed, attrs, finish)
