@@ -1191,6 +1191,7 @@ INSTANCES: dict[str, Instance] = {
         template='attention/cpu.cl.j2',
         sha256='ae4c2734e503c029a5650b93abbfdb6723fb2972ce7163f1093aa5e65908e34e',
         tunables=(('QB', (1, 2, 4, 8)),),
+        constraints=(),
     ),
     'attention__generic__f32': Instance(
         name='attention__generic__f32',
@@ -1313,6 +1314,7 @@ INSTANCES: dict[str, Instance] = {
         template='attention/generic.cl.j2',
         sha256='1bd40af7c36b17c6e559a5b22d1e40d02821df3213d35d973a52041b7a9c1383',
         tunables=(),
+        constraints=(),
     ),
     'attention__gpu_tiled__f32': Instance(
         name='attention__gpu_tiled__f32',
@@ -1435,6 +1437,7 @@ INSTANCES: dict[str, Instance] = {
         template='attention/gpu_tiled.cl.j2',
         sha256='552e6fee218a10a61b6f50f937776ad341fbbe8b0172ac0b0ffb39624cb18157',
         tunables=(('BK', (8, 16, 32)), ('BQ', (16, 32, 64))),
+        constraints=(),
     ),
     'conv2d__cpu__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu__f32__x_nhwc__y_nhwc',
@@ -1629,6 +1632,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/cpu.cl.j2',
         sha256='4216e5637487eb8bce102ae8d41df2551702710bbc4cb59a21ece92d23d03cb5',
         tunables=(('KB', (1, 2, 4, 8)),),
+        constraints=(),
     ),
     'conv2d__cpu__f32__x_nhwc__y_row': Instance(
         name='conv2d__cpu__f32__x_nhwc__y_row',
@@ -1823,6 +1827,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/cpu.cl.j2',
         sha256='caa220763e3323eb27c2d85365e8e5dbee14cbc2ba5c220190ad5943e2522356',
         tunables=(('KB', (1, 2, 4, 8)),),
+        constraints=(),
     ),
     'conv2d__cpu__f32__x_row__y_nhwc': Instance(
         name='conv2d__cpu__f32__x_row__y_nhwc',
@@ -2017,6 +2022,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/cpu.cl.j2',
         sha256='c60f5384030d3688fd817a302dba796b283e8298cc86a2e96821807ac28f5be6',
         tunables=(('KB', (1, 2, 4, 8)),),
+        constraints=(),
     ),
     'conv2d__cpu__f32__x_row__y_row': Instance(
         name='conv2d__cpu__f32__x_row__y_row',
@@ -2211,6 +2217,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/cpu.cl.j2',
         sha256='7b1ecc4986279aad5eaf0901f8fda8d51198440926efd45aab1aa474ae844d25',
         tunables=(('KB', (1, 2, 4, 8)),),
+        constraints=(),
     ),
     'conv2d__cpu__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu__f64__x_nhwc__y_nhwc',
@@ -2405,6 +2412,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/cpu.cl.j2',
         sha256='253e7420eb4fe25e5ce6a2debe10cfc951975149e14477c282201cf6b3c61713',
         tunables=(('KB', (1, 2, 4, 8)),),
+        constraints=(),
     ),
     'conv2d__cpu__f64__x_nhwc__y_row': Instance(
         name='conv2d__cpu__f64__x_nhwc__y_row',
@@ -2599,6 +2607,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/cpu.cl.j2',
         sha256='89e5f91f40809685a4619fcced7846273b831256852d2baf8254f38e4d627dc6',
         tunables=(('KB', (1, 2, 4, 8)),),
+        constraints=(),
     ),
     'conv2d__cpu__f64__x_row__y_nhwc': Instance(
         name='conv2d__cpu__f64__x_row__y_nhwc',
@@ -2793,6 +2802,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/cpu.cl.j2',
         sha256='0ec3390f2324ae013247df92875dbd4668ca02a3efa4fa5877695f9d2b4bb1d2',
         tunables=(('KB', (1, 2, 4, 8)),),
+        constraints=(),
     ),
     'conv2d__cpu__f64__x_row__y_row': Instance(
         name='conv2d__cpu__f64__x_row__y_row',
@@ -2987,6 +2997,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/cpu.cl.j2',
         sha256='29a09681d40839eb75648ffddb2a5955acd620c560bbe990ef805fd0b7917f8f',
         tunables=(('KB', (1, 2, 4, 8)),),
+        constraints=(),
     ),
     'conv2d__generic__f16__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f16__x_nhwc__y_nhwc',
@@ -3181,6 +3192,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='8dc33251c28b5c57177099c4b9fbb6bf68c11cc8e5238c26ca4db71f53e68636',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f16__x_nhwc__y_row': Instance(
         name='conv2d__generic__f16__x_nhwc__y_row',
@@ -3375,6 +3387,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='54b07a2f1cb1a605972eaea92d17aa2cf1a67494c480ffa900390b94ac4d693c',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f16__x_row__y_nhwc': Instance(
         name='conv2d__generic__f16__x_row__y_nhwc',
@@ -3569,6 +3582,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='af453dcf9bbe03cf20216bcd786a227c92835b575fddd10c96e014334e4dc94b',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f16__x_row__y_row': Instance(
         name='conv2d__generic__f16__x_row__y_row',
@@ -3763,6 +3777,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='aac0b9a76969cf4871a8de515a3dcfba712d69bd152e1316a8921f5d3a47b6e0',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f32__x_nhwc__y_nhwc',
@@ -3957,6 +3972,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='dbb6cbf876b9e97cec676e657926b42bb35d28835cdd178a2fe532d182fce0e3',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f32__x_nhwc__y_row': Instance(
         name='conv2d__generic__f32__x_nhwc__y_row',
@@ -4151,6 +4167,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='f13a89340f75059b132c6d93988d5a0542e7d8571274d4ecc039059ae57245b9',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f32__x_row__y_nhwc': Instance(
         name='conv2d__generic__f32__x_row__y_nhwc',
@@ -4345,6 +4362,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='29ade213bb228bc5a9a3dea9d6531e6671cc5d90572835c30a530ecd2741a999',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f32__x_row__y_row': Instance(
         name='conv2d__generic__f32__x_row__y_row',
@@ -4539,6 +4557,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='981632ca4656e6381516461b33dcc7e9e99b82b112f483266c82c0df5c1dbd8f',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f64__x_nhwc__y_nhwc',
@@ -4733,6 +4752,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='439c71e57a8c1d14e0b3891d254ae8e6fb300a0d7e90b2fdb6fbf3ccb6b937e0',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f64__x_nhwc__y_row': Instance(
         name='conv2d__generic__f64__x_nhwc__y_row',
@@ -4927,6 +4947,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='2bb177405c34fd02cb8d54c8d8b5990cd81df147b0bdef64dc127476e90f0517',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f64__x_row__y_nhwc': Instance(
         name='conv2d__generic__f64__x_row__y_nhwc',
@@ -5121,6 +5142,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='7d2292ac17b6cd7d3dfe1fc19ee4f5ecca2a087bc309e01166fa913f1b10b74c',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic__f64__x_row__y_row': Instance(
         name='conv2d__generic__f64__x_row__y_row',
@@ -5315,6 +5337,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='f495bc7f79ee236192ecd09b08be6ad348c59ffae8b5cf43fec060f8ee2dedf6',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic_half__f16__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic_half__f16__x_nhwc__y_nhwc',
@@ -5509,6 +5532,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='79c9e2eb1bc0af34556975d3664603c8efdd581f17d10513876f003306abbb38',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic_half__f16__x_nhwc__y_row': Instance(
         name='conv2d__generic_half__f16__x_nhwc__y_row',
@@ -5703,6 +5727,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='6ca5d8c6cc4056bb5bf482dda6d765acff3251c12a2e2b8db82d4ed7e8558ea1',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic_half__f16__x_row__y_nhwc': Instance(
         name='conv2d__generic_half__f16__x_row__y_nhwc',
@@ -5897,6 +5922,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='4ad349b65fd37aff7018d2e461dad69aa77351f060798ce2e52f2d9f844151da',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__generic_half__f16__x_row__y_row': Instance(
         name='conv2d__generic_half__f16__x_row__y_row',
@@ -6091,6 +6117,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/generic.cl.j2',
         sha256='2e53074af13495f5c0fcf104361939e7e6d5626095fe8334bf4e2eafa593265f',
         tunables=(),
+        constraints=(),
     ),
     'conv2d__gpu_tiled__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f32__x_nhwc__y_nhwc',
@@ -6285,6 +6312,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/gpu_tiled.cl.j2',
         sha256='611d3d81e41969c0a6871a166152eb9d986e327a115aca63fde8bc65a4bbcbc2',
         tunables=(('TS', (8, 16)),),
+        constraints=(),
     ),
     'conv2d__gpu_tiled__f32__x_nhwc__y_row': Instance(
         name='conv2d__gpu_tiled__f32__x_nhwc__y_row',
@@ -6479,6 +6507,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/gpu_tiled.cl.j2',
         sha256='6598197a5428372fb9ab29576acbf43cfb5cb77fa14819aea3d4c343725471df',
         tunables=(('TS', (8, 16)),),
+        constraints=(),
     ),
     'conv2d__gpu_tiled__f32__x_row__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f32__x_row__y_nhwc',
@@ -6673,6 +6702,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/gpu_tiled.cl.j2',
         sha256='12fd8ac8698d8fb46477eba04ee46c719f6dd424065a4b4154dd9ec60317c368',
         tunables=(('TS', (8, 16)),),
+        constraints=(),
     ),
     'conv2d__gpu_tiled__f32__x_row__y_row': Instance(
         name='conv2d__gpu_tiled__f32__x_row__y_row',
@@ -6867,6 +6897,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/gpu_tiled.cl.j2',
         sha256='558456617e618f8c95428fe0ee616198eba17706fffb7cbcd3b53c09db11e086',
         tunables=(('TS', (8, 16)),),
+        constraints=(),
     ),
     'conv2d__gpu_tiled__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f64__x_nhwc__y_nhwc',
@@ -7061,6 +7092,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/gpu_tiled.cl.j2',
         sha256='fa920b145c99931f03ed52bee1862fe2e2612113e79941a7f4a28f3a8cf77e25',
         tunables=(('TS', (8, 16)),),
+        constraints=(),
     ),
     'conv2d__gpu_tiled__f64__x_nhwc__y_row': Instance(
         name='conv2d__gpu_tiled__f64__x_nhwc__y_row',
@@ -7255,6 +7287,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/gpu_tiled.cl.j2',
         sha256='f3015d4e3c26380a93d6e1701c51b8a4198f87bf19c1c3d8efb7795563b586da',
         tunables=(('TS', (8, 16)),),
+        constraints=(),
     ),
     'conv2d__gpu_tiled__f64__x_row__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f64__x_row__y_nhwc',
@@ -7449,6 +7482,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/gpu_tiled.cl.j2',
         sha256='04741128e2da4db470c8276598928e878a0d46951869f839f50bdd985b02dcf2',
         tunables=(('TS', (8, 16)),),
+        constraints=(),
     ),
     'conv2d__gpu_tiled__f64__x_row__y_row': Instance(
         name='conv2d__gpu_tiled__f64__x_row__y_row',
@@ -7643,6 +7677,7 @@ INSTANCES: dict[str, Instance] = {
         template='conv2d/gpu_tiled.cl.j2',
         sha256='4ce3a7525a12e291b2881efc42f5fc4a4252f251f9641a1dbcae10642527116f',
         tunables=(('TS', (8, 16)),),
+        constraints=(),
     ),
     'div__cpu__f16': Instance(
         name='div__cpu__f16',
