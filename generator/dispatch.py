@@ -29,7 +29,7 @@ from .errors import BuildError, CallError, ClforgeError, DispatchError
 from .layouts import array_layout
 from .profile import DeviceProfile
 from .registry import Registry
-from .runtime import LaunchPlan, Runtime, guard_holds
+from .runtime import LaunchPlan, Runtime, guard_holds, to_host
 from .selection import Selection, chosen_or_raise, select
 
 
@@ -239,7 +239,7 @@ class Dispatcher:
         outs = rt.run(plan, arrays)
         if on_device:
             return outs
-        return {k: v.get() for k, v in outs.items()}
+        return {k: to_host(v) for k, v in outs.items()}
 
     def _plan(
         self, op: OpSig, inputs: Mapping[str, Any], attrs: Mapping[str, float | int]

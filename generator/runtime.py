@@ -205,7 +205,7 @@ class Runtime:
         outs = self.run(self.plan(inst, dims, values, shapes), arrays)
         if on_device:
             return outs
-        return {k: v.get() for k, v in outs.items()}
+        return {k: to_host(v) for k, v in outs.items()}
 
     def to_device(self, op: OpSig, dtype: str, name: str, arr: Any, layout: str) -> cla.Array:
         """`arr` as a device array of the tensor's dtype in `layout`; NumPy arrays are copied
@@ -237,3 +237,13 @@ class Runtime:
         if host.size:
             cl.enqueue_copy(self.queue, out.base_data, storage)  # type: ignore[arg-type]
         return out
+
+
+def to_host(arr: cla.Array) -> np.ndarray:
+    """A NumPy copy of a device array in any layout (pyopencl's get() wants C or F order):
+    read it in its memory order, then view it back in its logical order."""
+    if arr.size == 0 or arr.flags.forc:
+        return arr.get()
+    order = sorted(range(arr.ndim), key=lambda ax: -arr.strides[ax])
+    host = arr.transpose(order).get()
+    return host.transpose(np.argsort(order))

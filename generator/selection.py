@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .contract import Instance
+from .contract import Instance, OpSig
 from .errors import DispatchError
 from .profile import DeviceProfile
 from .registry import Registry
@@ -205,6 +205,19 @@ def judge(
     )
 
 
+def resolve_layouts(sig: OpSig, layouts: Mapping[str, str]) -> dict[str, str]:
+    """Every tensor's layout for a call: as given; else an output with a choice follows the
+    first input that has the same choice (an NHWC input gives an NHWC output); else the first
+    declared layout (row)."""
+    out = {t.name: layouts.get(t.name, t.layouts[0]) for t in sig.inputs}
+    for t in sig.outputs:
+        follow = next(
+            (i.name for i in sig.inputs if len(t.layouts) > 1 and i.layouts == t.layouts), None
+        )
+        out[t.name] = layouts.get(t.name) or (out[follow] if follow else t.layouts[0])
+    return out
+
+
 def select(
     reg: Registry,
     profile: DeviceProfile,
@@ -215,8 +228,7 @@ def select(
 ) -> Selection:
     """Judge every variant of `op` for this call; accepted ones first, best first."""
     sig = reg.op(op)
-    # a tensor whose layout the call does not give takes its first declared one (row)
-    full = {t.name: layouts.get(t.name, t.layouts[0]) for t in sig.inputs + sig.outputs}
+    full = resolve_layouts(sig, layouts)
     candidates: list[Candidate] = []
     for variant, instances in sorted(_variant_index(reg, op).items()):
         inst, why = _covers(instances, dtype, full)
