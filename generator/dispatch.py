@@ -13,7 +13,7 @@ variant's guard on each call: a call that breaks it is re-dispatched, or rejecte
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,8 +218,9 @@ class Dispatcher:
             self._plans[key] = plan
         return plan
 
-    def execute(self, op: OpSig, plan: LaunchPlan, inputs: Mapping[str, Any], *,
-                validated: bool = False) -> dict[str, Any]:
+    def execute(
+        self, op: OpSig, plan: LaunchPlan, inputs: Mapping[str, Any], *, validated: bool = False
+    ) -> dict[str, Any]:
         """Move inputs to the device if needed, run `plan`, bring outputs back if needed.
 
         `validated`: the device arrays among `inputs` were checked when `plan` was made for
@@ -255,8 +256,9 @@ class Dispatcher:
         inst = self.choose(op.name, dtype, layouts, b.env)
         for t in op.inputs:  # device arrays: refused now (bad strides, offset) or trusted later
             if isinstance(inputs[t.name], cla.Array):
-                self.runtime.to_device(op, inst.dtype, t.name, inputs[t.name],
-                                       inst.layout_of(t.name))
+                self.runtime.to_device(
+                    op, inst.dtype, t.name, inputs[t.name], inst.layout_of(t.name)
+                )
         return self.runtime.plan(inst, b.dims, b.attrs, b.shapes)
 
     def cache_info(self) -> dict[str, int]:
@@ -403,6 +405,41 @@ def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@dataclass(frozen=True)
+class EagerCall:
+    """An eager call in the op's own terms: canonical inputs (optional ones filled) and
+    attributes, and how to turn the op's outputs into what the eager function returns."""
+
+    dispatcher: Dispatcher
+    op: OpSig
+    inputs: dict[str, Any]
+    attrs: dict[str, Any]
+    finish: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def prepare(
+    op: str,
+    inputs: Sequence[Any],
+    attrs: Mapping[str, Any],
+    options: Mapping[str, Any] | None = None,
+    queue: cl.CommandQueue | None = None,
+) -> EagerCall:
+    d = dispatcher(queue)
+    sig = d.registry.op(op)
+    if len(inputs) != len(sig.inputs):
+        raise CallError(f"{op}: takes {len(sig.inputs)} inputs, got {len(inputs)}")
+    given = {t.name: a for t, a in zip(sig.inputs, inputs, strict=True)}
+    try:
+        canon = CONVENTIONS[sig.call].canonical(sig, given, options or {})
+        filled = _filled(d, sig, canon.inputs)
+    except ClforgeError:
+        raise
+    except (TypeError, ValueError, np.exceptions.AxisError) as exc:  # last line of defence
+        raise CallError(f"{op}: {exc}") from None
+    merged = {**canon.attrs, **{k: v for k, v in attrs.items() if v is not None}}
+    return EagerCall(d, sig, filled, merged, canon.finish)
+
+
 def call_op(
     op: str,
     inputs: Sequence[Any],
@@ -412,20 +449,19 @@ def call_op(
 ) -> Any:
     """What every generated eager function calls: positional inputs in the spec's order,
     attributes, and the options of the op's calling convention."""
-    d = dispatcher(queue)
-    sig = d.registry.op(op)
-    if len(inputs) != len(sig.inputs):
-        raise CallError(f"{op}: takes {len(sig.inputs)} inputs, got {len(inputs)}")
-    given = {t.name: a for t, a in zip(sig.inputs, inputs, strict=True)}
-    try:
-        canon = CONVENTIONS[sig.call].canonical(sig, given, options or {})
-        outs = d.call(
-            op,
-            _filled(d, sig, canon.inputs),
-            {**canon.attrs, **{k: v for k, v in attrs.items() if v is not None}},
-        )
-    except ClforgeError:
-        raise
-    except (TypeError, ValueError, np.exceptions.AxisError) as exc:  # last line of defence
-        raise CallError(f"{op}: {exc}") from None
-    return _unpack(sig, canon.finish(outs))
+    c = prepare(op, inputs, attrs, options, queue)
+    outs = c.dispatcher.call(op, c.inputs, c.attrs)
+    return _unpack(c.op, c.finish(outs))
+
+
+def eager_plan(
+    op: str,
+    inputs: Sequence[Any],
+    attrs: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    queue: cl.CommandQueue | None = None,
+) -> LaunchPlan:
+    """The launch plan an eager call with these arguments gets (`.inst` is the chosen
+    instance), without running it."""
+    c = prepare(op, inputs, attrs or {}, options, queue)
+    return c.dispatcher.plan_for(c.op, c.inputs, c.attrs)

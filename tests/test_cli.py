@@ -1,0 +1,29 @@
+"""The main job and the small commands, end to end through the CLI."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from generator.cli import main
+
+
+def test_demo_dispatches_every_op_and_matches_numpy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("device: ")
+    m = re.search(r"^(\d+) of (\d+) calls match NumPy", out, re.MULTILINE)
+    assert m and m.group(1) == m.group(2)
+    assert "FAIL" not in out
+
+
+def test_devices_lists_one_that_builds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["devices", "--check"]) == 0
+    assert "builds kernels" in capsys.readouterr().out
+
+
+def test_list_filters_by_op(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", "softmax"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(line.startswith("softmax__") for line in lines)
