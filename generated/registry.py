@@ -1239,7 +1239,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/argmax/argmax__cpu__f32.cl',
         template='reduce/cpu.cl.j2',
-        sha256='a7abacbf4179c5b72e5d4718daeda03e8324e13e13df0023aa11332990e8df40',
+        sha256='f34285a1e8003207e8aa7acd3f867ce84ba0a096db0a00b67b2d85ee82b657a8',
         tunables=(),
     ),
     'argmax__cpu__f64': Instance(
@@ -1305,7 +1305,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/argmax/argmax__cpu__f64.cl',
         template='reduce/cpu.cl.j2',
-        sha256='f09a6e7fddaf0ab4dd0cfd9eb3e1e3d814444b15152a18eabead622ef21e6cea',
+        sha256='1ba918a4a2ac5e58903aeca35379aef6f62d3cf06ac1fe9ddb559e5ff197254d',
         tunables=(),
     ),
     'argmax__cpu__i32': Instance(
@@ -1371,7 +1371,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/argmax/argmax__cpu__i32.cl',
         template='reduce/cpu.cl.j2',
-        sha256='1769e2a8efe5b5faf077a7dd22266b6968768b3da3fc228a6490d704e519fcf6',
+        sha256='2b7fadd4fad4d5621bba8879c6dc73d702f1e64648b8880e432c5b43fae87421',
         tunables=(),
     ),
     'argmax__generic__f16': Instance(

@@ -34,17 +34,17 @@ __kernel void argmax__cpu__i32(
         ACC_ a7_ = (ACC_)x[row_]; int j7_ = 0;
         int r_ = 0;
         for (; r_ + 8 <= R; r_ += 8) {
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 0]; if (((v_) > (a0_))) { a0_ = v_; j0_ = r_ + 0; } };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 1]; if (((v_) > (a1_))) { a1_ = v_; j1_ = r_ + 1; } };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 2]; if (((v_) > (a2_))) { a2_ = v_; j2_ = r_ + 2; } };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 3]; if (((v_) > (a3_))) { a3_ = v_; j3_ = r_ + 3; } };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 4]; if (((v_) > (a4_))) { a4_ = v_; j4_ = r_ + 4; } };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 5]; if (((v_) > (a5_))) { a5_ = v_; j5_ = r_ + 5; } };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 6]; if (((v_) > (a6_))) { a6_ = v_; j6_ = r_ + 6; } };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 7]; if (((v_) > (a7_))) { a7_ = v_; j7_ = r_ + 7; } };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 0]; const int t_ = ((v_) > (a0_)); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ + 0 : j0_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 1]; const int t_ = ((v_) > (a1_)); a1_ = t_ ? v_ : a1_; j1_ = t_ ? r_ + 1 : j1_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 2]; const int t_ = ((v_) > (a2_)); a2_ = t_ ? v_ : a2_; j2_ = t_ ? r_ + 2 : j2_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 3]; const int t_ = ((v_) > (a3_)); a3_ = t_ ? v_ : a3_; j3_ = t_ ? r_ + 3 : j3_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 4]; const int t_ = ((v_) > (a4_)); a4_ = t_ ? v_ : a4_; j4_ = t_ ? r_ + 4 : j4_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 5]; const int t_ = ((v_) > (a5_)); a5_ = t_ ? v_ : a5_; j5_ = t_ ? r_ + 5 : j5_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 6]; const int t_ = ((v_) > (a6_)); a6_ = t_ ? v_ : a6_; j6_ = t_ ? r_ + 6 : j6_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 7]; const int t_ = ((v_) > (a7_)); a7_ = t_ ? v_ : a7_; j7_ = t_ ? r_ + 7 : j7_; };
         }
         for (; r_ < R; ++r_) {
-            { const ACC_ v_ = (ACC_)x[row_ + r_]; if (((v_) > (a0_))) { a0_ = v_; j0_ = r_; } };
+            { const ACC_ v_ = (ACC_)x[row_ + r_]; const int t_ = ((v_) > (a0_)); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ : j0_; };
         }
         /* pairwise, in index order, so argmax ties keep the first index */
         if (((a1_) > (a0_) || ((a1_) == (a0_) && (j1_) < (j0_)))) { a0_ = a1_; j0_ = j1_; }
@@ -67,14 +67,14 @@ __kernel void argmax__cpu__i32(
         ACC_ a7_ = (ACC_)x[col_ + 7]; int j7_ = 0;
         for (int r_ = 1; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
-            { const ACC_ v_ = (ACC_)x[at_ + 0]; if (((v_) > (a0_))) { a0_ = v_; j0_ = r_; } };
-            { const ACC_ v_ = (ACC_)x[at_ + 1]; if (((v_) > (a1_))) { a1_ = v_; j1_ = r_; } };
-            { const ACC_ v_ = (ACC_)x[at_ + 2]; if (((v_) > (a2_))) { a2_ = v_; j2_ = r_; } };
-            { const ACC_ v_ = (ACC_)x[at_ + 3]; if (((v_) > (a3_))) { a3_ = v_; j3_ = r_; } };
-            { const ACC_ v_ = (ACC_)x[at_ + 4]; if (((v_) > (a4_))) { a4_ = v_; j4_ = r_; } };
-            { const ACC_ v_ = (ACC_)x[at_ + 5]; if (((v_) > (a5_))) { a5_ = v_; j5_ = r_; } };
-            { const ACC_ v_ = (ACC_)x[at_ + 6]; if (((v_) > (a6_))) { a6_ = v_; j6_ = r_; } };
-            { const ACC_ v_ = (ACC_)x[at_ + 7]; if (((v_) > (a7_))) { a7_ = v_; j7_ = r_; } };
+            { const ACC_ v_ = (ACC_)x[at_ + 0]; const int t_ = ((v_) > (a0_)); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ : j0_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 1]; const int t_ = ((v_) > (a1_)); a1_ = t_ ? v_ : a1_; j1_ = t_ ? r_ : j1_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 2]; const int t_ = ((v_) > (a2_)); a2_ = t_ ? v_ : a2_; j2_ = t_ ? r_ : j2_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 3]; const int t_ = ((v_) > (a3_)); a3_ = t_ ? v_ : a3_; j3_ = t_ ? r_ : j3_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 4]; const int t_ = ((v_) > (a4_)); a4_ = t_ ? v_ : a4_; j4_ = t_ ? r_ : j4_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 5]; const int t_ = ((v_) > (a5_)); a5_ = t_ ? v_ : a5_; j5_ = t_ ? r_ : j5_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 6]; const int t_ = ((v_) > (a6_)); a6_ = t_ ? v_ : a6_; j6_ = t_ ? r_ : j6_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 7]; const int t_ = ((v_) > (a7_)); a7_ = t_ ? v_ : a7_; j7_ = t_ ? r_ : j7_; };
         }
         y[(size_t)b_ * I + i0_ + 0] = j0_;
         y[(size_t)b_ * I + i0_ + 1] = j1_;
@@ -89,7 +89,7 @@ __kernel void argmax__cpu__i32(
             const size_t col_ = row_ + i_;
             ACC_ a0_ = (ACC_)x[col_]; int j0_ = 0;
             for (int r_ = 1; r_ < R; ++r_) {
-                { const ACC_ v_ = (ACC_)x[col_ + (size_t)r_ * I]; if (((v_) > (a0_))) { a0_ = v_; j0_ = r_; } };
+                { const ACC_ v_ = (ACC_)x[col_ + (size_t)r_ * I]; const int t_ = ((v_) > (a0_)); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ : j0_; };
             }
             y[(size_t)b_ * I + i_] = j0_;
         }
