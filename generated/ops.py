@@ -13,16 +13,23 @@ from generator.dispatch import call_op
 
 __all__ = [
     'add',
+    'argmax',
     'attention',
     'conv2d',
     'div',
     'exp',
     'gelu',
+    'layer_norm',
+    'log_softmax',
     'matmul',
+    'max',
     'maximum',
+    'mean',
+    'min',
     'minimum',
     'mul',
     'relu',
+    'rms_norm',
     'sigmoid',
     'softmax',
     'sub',
@@ -45,6 +52,23 @@ def add(
     Spec: specs/add.yaml.
     """
     return call_op('add', (a, b), {}, {}, queue)
+
+
+def argmax(
+    x: Any,
+    *,
+    axis: int = -1,
+    keepdims: bool = False,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[b, i] = the index r of the largest x[b, r, i] (i32), over any one axis (call: axis; keepdims). Ties go to the first index and a NaN counts as the largest (its first occurrence), like NumPy. An empty axis is an error.
+
+    Inputs: x [B, R, I] (f32|f64|f16|i32).
+    Returns: y [B, I] (i32).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Spec: specs/argmax.yaml.
+    """
+    return call_op('argmax', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
 
 
 def attention(
@@ -134,6 +158,41 @@ def gelu(
     return call_op('gelu', (x,), {}, {}, queue)
 
 
+def layer_norm(
+    x: Any,
+    weight: Any = None,
+    bias: Any = None,
+    *,
+    axes: int = 1,
+    eps: float = 1e-05,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = (x - mean) / sqrt(var + eps) * weight + bias over the trailing axes (call: trailing; axes=), PyTorch's definition: biased variance (divided by R), computed in two passes. weight and bias are optional (1 and 0). f16 is computed in float.
+
+    Inputs: x [B, R] (f32|f64|f16), weight [R] (f32|f64|f16; optional, default all 1), bias [R] (f32|f64|f16; optional, default all 0).
+    Returns: y [B, R] (f32|f64|f16).
+    Calling convention: trailing (normalization over the trailing `axes` axes: the first input is viewed as [B, R], inputs shaped [R] (weights) take the trailing shape, outputs come back as [B, R] -> the input's shape and [B] -> its leading shape).
+    Spec: specs/layer_norm.yaml.
+    """
+    return call_op('layer_norm', (x, weight, bias), {'eps': eps}, {'axes': axes}, queue)
+
+
+def log_softmax(
+    x: Any,
+    *,
+    axis: int = -1,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[b, :, i] = x[b, :, i] - max - log(sum(exp(x[b, :, i] - max))) over any one axis (call: axis), numerically stable: the axis max is subtracted first. f16 is computed in float.
+
+    Inputs: x [B, R, I] (f32|f64|f16).
+    Returns: y [B, R, I] (f32|f64|f16).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Spec: specs/log_softmax.yaml.
+    """
+    return call_op('log_softmax', (x,), {}, {'axis': axis}, queue)
+
+
 def matmul(
     a: Any,
     b: Any,
@@ -150,6 +209,23 @@ def matmul(
     return call_op('matmul', (a, b), {}, {}, queue)
 
 
+def max(
+    x: Any,
+    *,
+    axis: int = -1,
+    keepdims: bool = False,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[b, i] = max over r of x[b, r, i], over any one axis (call: axis; keepdims). NaN propagates like NumPy. An empty axis is an error (no identity).
+
+    Inputs: x [B, R, I] (f32|f64|f16|i32).
+    Returns: y [B, I] (f32|f64|f16|i32).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Spec: specs/max.yaml.
+    """
+    return call_op('max', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
+
+
 def maximum(
     a: Any,
     b: Any,
@@ -164,6 +240,40 @@ def maximum(
     Spec: specs/maximum.yaml.
     """
     return call_op('maximum', (a, b), {}, {}, queue)
+
+
+def mean(
+    x: Any,
+    *,
+    axis: int = -1,
+    keepdims: bool = False,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[b, i] = mean over r of x[b, r, i], over any one axis (call: axis; keepdims). Sums accumulate in float for f16. The mean of an empty axis is NaN, like NumPy (which also warns).
+
+    Inputs: x [B, R, I] (f32|f64|f16).
+    Returns: y [B, I] (f32|f64|f16).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Spec: specs/mean.yaml.
+    """
+    return call_op('mean', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
+
+
+def min(
+    x: Any,
+    *,
+    axis: int = -1,
+    keepdims: bool = False,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[b, i] = min over r of x[b, r, i], over any one axis (call: axis; keepdims). NaN propagates like NumPy. An empty axis is an error (no identity).
+
+    Inputs: x [B, R, I] (f32|f64|f16|i32).
+    Returns: y [B, I] (f32|f64|f16|i32).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Spec: specs/min.yaml.
+    """
+    return call_op('min', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
 
 
 def minimum(
@@ -213,6 +323,24 @@ def relu(
     return call_op('relu', (x,), {}, {}, queue)
 
 
+def rms_norm(
+    x: Any,
+    weight: Any = None,
+    *,
+    axes: int = 1,
+    eps: float = 1e-05,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x / sqrt(mean(x^2) + eps) * weight over the trailing axes (call: trailing; axes=), PyTorch's definition. weight is optional (1). f16 is computed in float.
+
+    Inputs: x [B, R] (f32|f64|f16), weight [R] (f32|f64|f16; optional, default all 1).
+    Returns: y [B, R] (f32|f64|f16).
+    Calling convention: trailing (normalization over the trailing `axes` axes: the first input is viewed as [B, R], inputs shaped [R] (weights) take the trailing shape, outputs come back as [B, R] -> the input's shape and [B] -> its leading shape).
+    Spec: specs/rms_norm.yaml.
+    """
+    return call_op('rms_norm', (x, weight), {'eps': eps}, {'axes': axes}, queue)
+
+
 def sigmoid(
     x: Any,
     *,
@@ -231,16 +359,17 @@ def sigmoid(
 def softmax(
     x: Any,
     *,
+    axis: int = -1,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[m, :] = exp(x[m, :] - max) / sum(exp(x[m, :] - max)), over the last axis
+    """y[b, :, i] = exp(x[b, :, i] - max) / sum(exp(x[b, :, i] - max)) over any one axis (call: axis), numerically stable: the axis max is subtracted first, so inputs of any magnitude do not overflow. f16 is computed in float.
 
-    Inputs: x [M, N] (f32|f64|f16).
-    Returns: y [M, N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Inputs: x [B, R, I] (f32|f64|f16).
+    Returns: y [B, R, I] (f32|f64|f16).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
     Spec: specs/softmax.yaml.
     """
-    return call_op('softmax', (x,), {}, {}, queue)
+    return call_op('softmax', (x,), {}, {'axis': axis}, queue)
 
 
 def sub(
@@ -262,16 +391,18 @@ def sub(
 def sum(
     x: Any,
     *,
+    axis: int = -1,
+    keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[m] = sum over n of x[m, n] (a reduction over the last axis)
+    """y[b, i] = sum over r of x[b, r, i], a reduction over any one axis (call: axis; keepdims). An empty axis sums to 0. i32 accumulates in 32 bits and wraps modulo 2^32 on overflow, like C unsigned arithmetic (NumPy's default would widen to int64).
 
-    Inputs: x [M, N] (f32|f64|f16).
-    Returns: y [M] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Inputs: x [B, R, I] (f32|f64|f16|i32).
+    Returns: y [B, I] (f32|f64|f16|i32).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
     Spec: specs/sum.yaml.
     """
-    return call_op('sum', (x,), {}, {}, queue)
+    return call_op('sum', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
 
 
 def tanh(

@@ -105,8 +105,8 @@ CASES = (
     Case("add", {"N": 16 * 2**20}, _bytes(3), "GB/s"),
     Case("relu", {"N": 16 * 2**20}, _bytes(2), "GB/s"),
     Case("gelu", {"N": 4 * 2**20}, _bytes(2), "GB/s", numpy=False),
-    Case("sum", {"M": 4096, "N": 4096}, _bytes(1), "GB/s"),
-    Case("softmax", {"M": 4096, "N": 1024}, _bytes(2), "GB/s"),
+    Case("sum", {"B": 4096, "R": 4096, "I": 1}, _bytes(1), "GB/s"),
+    Case("softmax", {"B": 4096, "R": 1024, "I": 1}, _bytes(2), "GB/s"),
     Case(
         "matmul",
         {"M": 512, "N": 512, "K": 512},
@@ -131,6 +131,14 @@ CASES = (
         lambda s: 2.0 * s["B"] * s["H"] * s["SQ"] * s["SK"] * (s["D"] + s["DV"]),
         "GFLOP/s",
     ),
+    Case("sum", {"B": 64, "R": 4096, "I": 64}, _bytes(1), "GB/s"),
+    Case("mean", {"B": 4096, "R": 4096, "I": 1}, _bytes(1), "GB/s"),
+    Case("max", {"B": 4096, "R": 4096, "I": 1}, _bytes(1), "GB/s"),
+    Case("argmax", {"B": 4096, "R": 4096, "I": 1}, _bytes(1), "GB/s"),
+    Case("softmax", {"B": 64, "R": 1024, "I": 64}, _bytes(2), "GB/s"),
+    Case("log_softmax", {"B": 4096, "R": 1024, "I": 1}, _bytes(2), "GB/s"),
+    Case("layer_norm", {"B": 4096, "R": 1024}, _bytes(2), "GB/s"),
+    Case("rms_norm", {"B": 4096, "R": 1024}, _bytes(2), "GB/s"),
 )
 
 

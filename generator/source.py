@@ -132,8 +132,47 @@ class _Converter:
         return out
 
 
+MAX_BYTES = 1 << 20
+
+
+def _flow_depth_problem(text: str, path: str) -> Diagnostic | None:
+    """Flow collections nested deeper than MAX_DEPTH, found in one pass before PyYAML, whose
+    scanner is quadratic in the nesting and whose composer recurses."""
+    depth = 0
+    quote = ""
+    comment = False
+    for i, ch in enumerate(text):
+        if comment:
+            comment = ch != "\n"
+        elif quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            comment = True
+        elif ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return Diagnostic(
+                    offset_location(text, path, i),
+                    "yaml-syntax",
+                    f"nesting deeper than {MAX_DEPTH} levels",
+                )
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+    return None
+
+
 def load_yaml(text: str, path: str) -> Any:
     """Parse one YAML document into LocMap/LocList/scalars; raise YamlProblem on any problem."""
+    if len(text) > MAX_BYTES:
+        raise YamlProblem(
+            Diagnostic(Location(path, 1, 1), "yaml-syntax", f"file larger than {MAX_BYTES} bytes")
+        )
+    problem = _flow_depth_problem(text, path)
+    if problem is not None:
+        raise YamlProblem(problem)
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:

@@ -72,7 +72,7 @@ def test_removed_variant_removes_its_files(tree: Layout) -> None:
     spec.write_text(text[: text.index("  - name: gpu_workgroup")])
     p = generate(tree)
     assert sorted(p.remove) == [
-        f"generated/kernels/sum/sum__gpu_workgroup__{d}.cl" for d in ("f16", "f32", "f64")
+        f"generated/kernels/sum/sum__gpu_workgroup__{d}.cl" for d in ("f32", "f64", "i32")
     ]
     assert not (tree.generated / "kernels/sum/sum__gpu_workgroup__f32.cl").exists()
     (tree.specs / "sum.yaml").unlink()

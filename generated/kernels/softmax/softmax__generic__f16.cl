@@ -4,27 +4,31 @@ typedef half T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef float SUM_;
+typedef float8 SUM8_;
 __kernel void softmax__generic__f16(
     __global const half* restrict x,
     __global half* restrict y,
-    const int M,
-    const int N
+    const int B,
+    const int R,
+    const int I
 )
 {
-    const int m_ = get_global_id(0);
-    if (m_ >= M) return;
-    const size_t base_ = (size_t)m_ * N;
-    ACC_ max_ = -HUGE_VALF;
-    for (int n_ = 0; n_ < N; ++n_) {
-        const ACC_ v_ = vload_half((size_t)(base_ + n_), x);
+    const size_t o_ = get_global_id(0);
+    if (o_ >= (size_t)B * I) return;
+    const size_t base_ = (o_ / I) * R * I + o_ % I;
+    SUM_ max_ = -HUGE_VALF;
+    for (int r_ = 0; r_ < R; ++r_) {
+        const SUM_ v_ = vload_half((size_t)(base_ + (size_t)r_ * I), x);
         max_ = v_ > max_ ? v_ : max_;
     }
-    ACC_ sum_ = 0;
-    for (int n_ = 0; n_ < N; ++n_) {
-        sum_ += exp(vload_half((size_t)(base_ + n_), x) - max_);
+    SUM_ sum_ = 0;
+    for (int r_ = 0; r_ < R; ++r_) {
+        sum_ += exp((SUM_)vload_half((size_t)(base_ + (size_t)r_ * I), x) - max_);
     }
-    const ACC_ inv_ = (ACC_)1 / sum_;
-    for (int n_ = 0; n_ < N; ++n_) {
-        vstore_half(exp(vload_half((size_t)(base_ + n_), x) - max_) * inv_, (size_t)(base_ + n_), y);
+    const SUM_ inv_ = (SUM_)1 / sum_;
+    for (int r_ = 0; r_ < R; ++r_) {
+        const size_t at_ = base_ + (size_t)r_ * I;
+        vstore_half(exp((SUM_)vload_half((size_t)(at_), x) - max_) * inv_, (size_t)(at_), y);
     }
 }

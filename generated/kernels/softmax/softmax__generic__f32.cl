@@ -4,27 +4,31 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef float SUM_;
+typedef float8 SUM8_;
 __kernel void softmax__generic__f32(
     __global const float* restrict x,
     __global float* restrict y,
-    const int M,
-    const int N
+    const int B,
+    const int R,
+    const int I
 )
 {
-    const int m_ = get_global_id(0);
-    if (m_ >= M) return;
-    const size_t base_ = (size_t)m_ * N;
-    ACC_ max_ = -HUGE_VALF;
-    for (int n_ = 0; n_ < N; ++n_) {
-        const ACC_ v_ = (ACC_)x[base_ + n_];
+    const size_t o_ = get_global_id(0);
+    if (o_ >= (size_t)B * I) return;
+    const size_t base_ = (o_ / I) * R * I + o_ % I;
+    SUM_ max_ = -HUGE_VALF;
+    for (int r_ = 0; r_ < R; ++r_) {
+        const SUM_ v_ = (ACC_)x[base_ + (size_t)r_ * I];
         max_ = v_ > max_ ? v_ : max_;
     }
-    ACC_ sum_ = 0;
-    for (int n_ = 0; n_ < N; ++n_) {
-        sum_ += exp((ACC_)x[base_ + n_] - max_);
+    SUM_ sum_ = 0;
+    for (int r_ = 0; r_ < R; ++r_) {
+        sum_ += exp((SUM_)(ACC_)x[base_ + (size_t)r_ * I] - max_);
     }
-    const ACC_ inv_ = (ACC_)1 / sum_;
-    for (int n_ = 0; n_ < N; ++n_) {
-        y[base_ + n_] = (float)(exp((ACC_)x[base_ + n_] - max_) * inv_);
+    const SUM_ inv_ = (SUM_)1 / sum_;
+    for (int r_ = 0; r_ < R; ++r_) {
+        const size_t at_ = base_ + (size_t)r_ * I;
+        y[at_] = (float)(exp((SUM_)(ACC_)x[at_] - max_) * inv_);
     }
 }

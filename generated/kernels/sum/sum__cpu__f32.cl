@@ -4,38 +4,93 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef float SUM_;
+typedef float8 SUM8_;
+
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void sum__cpu__f32(
     __global const float* restrict x,
     __global float* restrict y,
-    const int M,
-    const int N
+    const int B,
+    const int R,
+    const int I
 )
 {
-    const int m_ = get_global_id(0);
-    if (m_ >= M) return;
-    const size_t base_ = (size_t)m_ * N;
-    ACC_ s0_ = 0;
-    ACC_ s1_ = 0;
-    ACC_ s2_ = 0;
-    ACC_ s3_ = 0;
-    ACC_ s4_ = 0;
-    ACC_ s5_ = 0;
-    ACC_ s6_ = 0;
-    ACC_ s7_ = 0;
-    int n_ = 0;
-    for (; n_ + 8 <= N; n_ += 8) {
-        s0_ += (ACC_)x[base_ + n_ + 0];
-        s1_ += (ACC_)x[base_ + n_ + 1];
-        s2_ += (ACC_)x[base_ + n_ + 2];
-        s3_ += (ACC_)x[base_ + n_ + 3];
-        s4_ += (ACC_)x[base_ + n_ + 4];
-        s5_ += (ACC_)x[base_ + n_ + 5];
-        s6_ += (ACC_)x[base_ + n_ + 6];
-        s7_ += (ACC_)x[base_ + n_ + 7];
+    const int blocks_ = (I + 7) / 8;
+    const int w_ = get_global_id(0);
+    if (w_ >= B * blocks_) return;
+    const int b_ = w_ / blocks_;
+    const int i0_ = (w_ % blocks_) * 8;
+    const size_t row_ = (size_t)b_ * R * I;
+    if (I == 1) {
+        SUM_ a0_ = 0;
+        SUM_ a1_ = 0;
+        SUM_ a2_ = 0;
+        SUM_ a3_ = 0;
+        SUM_ a4_ = 0;
+        SUM_ a5_ = 0;
+        SUM_ a6_ = 0;
+        SUM_ a7_ = 0;
+        int r_ = 0;
+        for (; r_ + 8 <= R; r_ += 8) {
+            a0_ += (ACC_)x[row_ + r_ + 0];
+            a1_ += (ACC_)x[row_ + r_ + 1];
+            a2_ += (ACC_)x[row_ + r_ + 2];
+            a3_ += (ACC_)x[row_ + r_ + 3];
+            a4_ += (ACC_)x[row_ + r_ + 4];
+            a5_ += (ACC_)x[row_ + r_ + 5];
+            a6_ += (ACC_)x[row_ + r_ + 6];
+            a7_ += (ACC_)x[row_ + r_ + 7];
+        }
+        for (; r_ < R; ++r_) {
+            a0_ += (ACC_)x[row_ + r_];
+        }
+        /* pairwise, in index order, so argmax ties keep the first index */
+        a0_ += a1_;
+        a2_ += a3_;
+        a4_ += a5_;
+        a6_ += a7_;
+        a0_ += a2_;
+        a4_ += a6_;
+        a0_ += a4_;
+        y[b_] = (float)(a0_);
+    } else if (i0_ + 8 <= I) {
+        const size_t col_ = row_ + i0_;
+        SUM_ a0_ = 0;
+        SUM_ a1_ = 0;
+        SUM_ a2_ = 0;
+        SUM_ a3_ = 0;
+        SUM_ a4_ = 0;
+        SUM_ a5_ = 0;
+        SUM_ a6_ = 0;
+        SUM_ a7_ = 0;
+        for (int r_ = 0; r_ < R; ++r_) {
+            const size_t at_ = col_ + (size_t)r_ * I;
+            a0_ += (ACC_)x[at_ + 0];
+            a1_ += (ACC_)x[at_ + 1];
+            a2_ += (ACC_)x[at_ + 2];
+            a3_ += (ACC_)x[at_ + 3];
+            a4_ += (ACC_)x[at_ + 4];
+            a5_ += (ACC_)x[at_ + 5];
+            a6_ += (ACC_)x[at_ + 6];
+            a7_ += (ACC_)x[at_ + 7];
+        }
+        y[(size_t)b_ * I + i0_ + 0] = (float)(a0_);
+        y[(size_t)b_ * I + i0_ + 1] = (float)(a1_);
+        y[(size_t)b_ * I + i0_ + 2] = (float)(a2_);
+        y[(size_t)b_ * I + i0_ + 3] = (float)(a3_);
+        y[(size_t)b_ * I + i0_ + 4] = (float)(a4_);
+        y[(size_t)b_ * I + i0_ + 5] = (float)(a5_);
+        y[(size_t)b_ * I + i0_ + 6] = (float)(a6_);
+        y[(size_t)b_ * I + i0_ + 7] = (float)(a7_);
+    } else {
+        for (int i_ = i0_; i_ < I; ++i_) {
+            const size_t col_ = row_ + i_;
+            SUM_ a0_ = 0;
+            for (int r_ = 0; r_ < R; ++r_) {
+                a0_ += (ACC_)x[col_ + (size_t)r_ * I];
+            }
+            y[(size_t)b_ * I + i_] = (float)(a0_);
+        }
     }
-    for (; n_ < N; ++n_) {
-        s0_ += (ACC_)x[base_ + n_];
-    }
-    y[m_] = (float)(((s0_ + s1_) + (s2_ + s3_)) + ((s4_ + s5_) + (s6_ + s7_)));
 }

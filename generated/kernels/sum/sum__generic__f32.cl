@@ -4,18 +4,22 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef float SUM_;
+typedef float8 SUM8_;
 __kernel void sum__generic__f32(
     __global const float* restrict x,
     __global float* restrict y,
-    const int M,
-    const int N
+    const int B,
+    const int R,
+    const int I
 )
 {
-    const int m_ = get_global_id(0);
-    if (m_ >= M) return;
-    ACC_ acc_ = 0;
-    for (int n_ = 0; n_ < N; ++n_) {
-        acc_ += (ACC_)x[(size_t)m_ * N + n_];
+    const size_t o_ = get_global_id(0);
+    if (o_ >= (size_t)B * I) return;
+    const size_t base_ = (o_ / I) * R * I + o_ % I;
+    SUM_ acc_ = 0;
+    for (int r_ = 0; r_ < R; ++r_) {
+        acc_ += (ACC_)x[base_ + (size_t)r_ * I];
     }
-    y[m_] = (float)(acc_);
+    y[o_] = (float)(acc_);
 }

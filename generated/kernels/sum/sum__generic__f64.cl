@@ -5,18 +5,22 @@ typedef double T_;
 typedef double ACC_;
 typedef double8 ACC8_;
 
+typedef double SUM_;
+typedef double8 SUM8_;
 __kernel void sum__generic__f64(
     __global const double* restrict x,
     __global double* restrict y,
-    const int M,
-    const int N
+    const int B,
+    const int R,
+    const int I
 )
 {
-    const int m_ = get_global_id(0);
-    if (m_ >= M) return;
-    ACC_ acc_ = 0;
-    for (int n_ = 0; n_ < N; ++n_) {
-        acc_ += (ACC_)x[(size_t)m_ * N + n_];
+    const size_t o_ = get_global_id(0);
+    if (o_ >= (size_t)B * I) return;
+    const size_t base_ = (o_ / I) * R * I + o_ % I;
+    SUM_ acc_ = 0;
+    for (int r_ = 0; r_ < R; ++r_) {
+        acc_ += (ACC_)x[base_ + (size_t)r_ * I];
     }
-    y[m_] = (double)(acc_);
+    y[o_] = (double)(acc_);
 }

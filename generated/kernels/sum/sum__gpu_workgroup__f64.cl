@@ -5,28 +5,34 @@ typedef double T_;
 typedef double ACC_;
 typedef double8 ACC8_;
 
+typedef double SUM_;
+typedef double8 SUM8_;
 __attribute__((reqd_work_group_size(256, 1, 1)))
 __kernel void sum__gpu_workgroup__f64(
     __global const double* restrict x,
     __global double* restrict y,
-    const int M,
-    const int N
+    const int B,
+    const int R,
+    const int I
 )
 {
-    __local ACC_ part_[256];
-    const int m_ = get_group_id(0);
+    __local SUM_ part_[256];
+    const size_t o_ = get_group_id(0);
     const int l_ = get_local_id(0);
-    ACC_ acc_ = 0;
-    for (int n_ = l_; n_ < N; n_ += 256) {
-        acc_ += (ACC_)x[(size_t)m_ * N + n_];
+    const size_t base_ = (o_ / I) * R * I + o_ % I;
+    SUM_ acc_ = 0;
+    for (int r_ = l_; r_ < R; r_ += 256) {
+        acc_ += (ACC_)x[base_ + (size_t)r_ * I];
     }
     part_[l_] = acc_;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s_ = 128; s_ > 0; s_ >>= 1) {
-        if (l_ < s_) part_[l_] += part_[l_ + s_];
+        if (l_ < s_) {
+            part_[l_] += part_[l_ + s_];
+        }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (l_ == 0) {
-        y[m_] = (double)(part_[0]);
+        y[o_] = (double)(part_[0]);
     }
 }
