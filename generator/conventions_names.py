@@ -7,4 +7,7 @@ CONVENTION_NAMES: tuple[str, ...] = (
     "broadcast",  # NumPy broadcasting up to the op's rank
     "axis",  # an `axis` argument: arrays reshaped to [B, R, I] around it
     "trailing",  # normalization over the trailing `axes` axes: arrays reshaped to [B, R]
+    "matmul",  # NumPy's matmul: 1-d operands, broadcast batch dims, F-ordered operands
+    "gemm",  # BLAS GEMM: trans_a / trans_b as transposed views, a broadcast bias
+    "permute",  # numpy.transpose: ranks 0 to 4, `axes`
 )

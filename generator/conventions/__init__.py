@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from ..conventions_names import CONVENTION_NAMES
 from .base import Canonical, Convention, PyParam
+from .linalg import Gemm, Matmul, Permute
 from .shape import Axis, Broadcast, Direct, Flat, Trailing
 
 CONVENTIONS: dict[str, Convention] = {
-    c.name: c for c in (Direct(), Flat(), Broadcast(), Axis(), Trailing())
+    c.name: c for c in (Direct(), Flat(), Broadcast(), Axis(), Trailing(), Matmul(), Gemm(), Permute())
 }
 
 if tuple(CONVENTIONS) != CONVENTION_NAMES:  # pragma: no cover - a developer's slip
