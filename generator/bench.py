@@ -107,16 +107,18 @@ CASES = (
     Case("softmax", {"M": 4096, "N": 1024}, _bytes(2), "GB/s"),
     Case(
         "matmul",
-        {"M": 512, "N": 512, "K": 512},
+        {"BATCH": 1, "M": 512, "N": 512, "K": 512, "BA": 1, "BB": 1},
         lambda s: 2.0 * s["M"] * s["N"] * s["K"],
         "GFLOP/s",
     ),
     Case(
         "matmul",
-        {"M": 1024, "N": 1024, "K": 1024},
+        {"BATCH": 1, "M": 1024, "N": 1024, "K": 1024, "BA": 1, "BB": 1},
         lambda s: 2.0 * s["M"] * s["N"] * s["K"],
         "GFLOP/s",
     ),
+    Case("gemm", {"M": 1024, "N": 1024, "K": 1024}, lambda s: 2.0 * s["M"] * s["N"] * s["K"],
+         "GFLOP/s"),
 )
 
 

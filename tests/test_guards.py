@@ -58,7 +58,8 @@ def test_names_are_collected() -> None:
         ("N.__class__", "unexpected character '.' at column 2 of 'N.__class__'"),
         (
             "open(N)",
-            "unknown function 'open'; available: cdiv, is_pow2, max, min, pick at column 1 of 'open(N)'",
+            "unknown function 'open'; available: cdiv, is_pow2, max, min, pick at column 1 of "
+            "'open(N)'",
         ),
         ("N < M < K", "comparisons do not chain; join them with 'and' at column 7 of 'N < M < K'"),
         ("N + 1", "expression must be a condition (true/false) at column 1 of 'N + 1'"),

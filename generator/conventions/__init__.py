@@ -9,7 +9,17 @@ from .linalg import Gemm, Matmul, Permute
 from .shape import Axis, Broadcast, Direct, Flat, Trailing
 
 CONVENTIONS: dict[str, Convention] = {
-    c.name: c for c in (Direct(), Flat(), Broadcast(), Axis(), Trailing(), Matmul(), Gemm(), Permute())
+    c.name: c
+    for c in (
+        Direct(),
+        Flat(),
+        Broadcast(),
+        Axis(),
+        Trailing(),
+        Matmul(),
+        Gemm(),
+        Permute(),
+    )
 }
 
 if tuple(CONVENTIONS) != CONVENTION_NAMES:  # pragma: no cover - a developer's slip

@@ -100,9 +100,11 @@ class Matmul(Convention):
             ) from None
         m, n = a2[-2], b2[-1]
         rank = len(batch)
-        if prod(ba) == 1 or prod(bb) == 1 or (1,) * (rank - len(ba)) + ba == (1,) * (
-            rank - len(bb)
-        ) + bb:
+        if (
+            prod(ba) == 1
+            or prod(bb) == 1
+            or (1,) * (rank - len(ba)) + ba == (1,) * (rank - len(bb)) + bb
+        ):
             na, nb = prod(ba), prod(bb)
         else:
             on_device = [k for k, x in (("a", a), ("b", b)) if not isinstance(x, np.ndarray)]
@@ -212,8 +214,7 @@ class Permute(Convention):
         x = array_of(op, name, inputs[name])
         if x.ndim > MAX_RANK:
             raise CallError(
-                f"{op.name}: input {name!r} has rank {x.ndim}; permute takes ranks up to "
-                f"{MAX_RANK}"
+                f"{op.name}: input {name!r} has rank {x.ndim}; permute takes ranks up to {MAX_RANK}"
             )
         shape = tuple(x.shape)
         axes = _axes(op, options.get("axes"), x.ndim)
