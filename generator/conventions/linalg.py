@@ -218,15 +218,37 @@ class Permute(Convention):
             )
         shape = tuple(x.shape)
         axes = _axes(op, options.get("axes"), x.ndim)
-        pad = MAX_RANK - x.ndim
-        perm = tuple(range(pad)) + tuple(pad + a for a in axes)
         final = tuple(shape[a] for a in axes)
+        merged, perm = _simplified(shape, axes)
+        pad = MAX_RANK - len(merged)
+        perm = tuple(range(pad)) + tuple(pad + a for a in perm)
 
         def finish(outs: dict[str, Any]) -> dict[str, Any]:
             return {k: v.reshape(final) for k, v in outs.items()}
 
         return Canonical(
-            {name: reshape(op, name, x, (1,) * pad + shape)},
+            {name: reshape(op, name, x, (1,) * pad + merged)},
             attrs={f"p{k}": p for k, p in enumerate(perm)},
             finish=finish,
         )
+
+
+def _simplified(
+    shape: tuple[int, ...], axes: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The same data movement on fewer axes: size-1 axes dropped, and axes that stay adjacent
+    and in order merged (a copy becomes rank 1, NCHW -> NHWC becomes [N, C, HW] -> [N, HW, C]).
+    Only views: the row-major order of the input and of the output is unchanged."""
+    if 0 in shape:
+        return shape, axes
+    kept = [a for a in axes if shape[a] != 1]
+    groups: list[list[int]] = []
+    for a in kept:
+        if groups and groups[-1][-1] + 1 == a:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    order = sorted(range(len(groups)), key=lambda g: groups[g][0])  # groups in input order
+    merged = tuple(prod(tuple(shape[a] for a in groups[g])) for g in order)
+    rank_of = {g: r for r, g in enumerate(order)}
+    return merged, tuple(rank_of[g] for g in range(len(groups)))

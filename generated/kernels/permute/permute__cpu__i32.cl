@@ -38,24 +38,26 @@ __kernel void permute__cpu__i32(
     const size_t e01_ = get_global_id(1);
     const size_t e0_ = e01_ / E1;
     const size_t e1_ = e01_ % E1;
+    const size_t e3lo_ = get_global_id(2) * 1024;
+    const size_t e3hi_ = min(e3lo_ + 1024, (size_t)E3);
     __global const B_* xb_ = xs_ + e0_ * s0_ + e1_ * s1_;
     __global B_* yb_ = ys_ + e01_ * E2 * E3;
     if (s3_ == 1) {
         for (size_t e2_ = e2lo_; e2_ < e2hi_; ++e2_) {
             __global const B_* xr_ = xb_ + e2_ * s2_;
             __global B_* yr_ = yb_ + e2_ * E3;
-            for (size_t e3_ = 0; e3_ < E3; ++e3_) {
+            for (size_t e3_ = e3lo_; e3_ < e3hi_; ++e3_) {
                 yr_[e3_] = xr_[e3_];
             }
         }
         return;
     }
-    for (size_t e3lo_ = 0; e3lo_ < E3; e3lo_ += 16) {
-        const size_t e3hi_ = min(e3lo_ + 16, (size_t)E3);
+    for (size_t t3_ = e3lo_; t3_ < e3hi_; t3_ += 16) {
+        const size_t t3hi_ = min(t3_ + 16, e3hi_);
         for (size_t e2_ = e2lo_; e2_ < e2hi_; ++e2_) {
             __global const B_* xr_ = xb_ + e2_ * s2_;
             __global B_* yr_ = yb_ + e2_ * E3;
-            for (size_t e3_ = e3lo_; e3_ < e3hi_; ++e3_) {
+            for (size_t e3_ = t3_; e3_ < t3hi_; ++e3_) {
                 yr_[e3_] = xr_[e3_ * s3_];
             }
         }
