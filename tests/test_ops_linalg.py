@@ -321,3 +321,14 @@ def test_f16_picks_native_half_only_with_the_extension() -> None:
         assert sel.chosen and sel.chosen.variant == "generic"
     sel = select(REG, find_profile("pocl-cpu"), "matmul", "f32", {"b": "col"}, DIMS["matmul"])
     assert sel.chosen and sel.chosen.variant == "generic"  # cpu_blocked takes b row-major
+
+
+def test_permute_convention_merges_axes_that_stay_together() -> None:
+    from generator.conventions import CONVENTIONS
+
+    conv, op = CONVENTIONS["permute"], REG.op("permute")
+    canon = conv.canonical(op, {"x": np.ones((2, 3, 5, 7))}, {"axes": (0, 2, 3, 1)})
+    assert canon.inputs["x"].shape == (1, 2, 3, 35)
+    assert canon.attrs == {"p0": 0, "p1": 1, "p2": 3, "p3": 2}
+    canon = conv.canonical(op, {"x": np.ones((4, 1, 6))}, {"axes": (1, 0, 2)})
+    assert canon.inputs["x"].shape == (1, 1, 1, 24)  # a copy

@@ -241,7 +241,9 @@ def _simplified(
     Only views: the row-major order of the input and of the output is unchanged."""
     if 0 in shape:
         return shape, axes
-    kept = [a for a in axes if shape[a] != 1]
+    renum = {a: i for i, a in enumerate(a for a in range(len(shape)) if shape[a] != 1)}
+    shape = tuple(n for n in shape if n != 1)
+    kept = [renum[a] for a in axes if a in renum]
     groups: list[list[int]] = []
     for a in kept:
         if groups and groups[-1][-1] + 1 == a:
