@@ -19,6 +19,7 @@ __all__ = [
     'div',
     'exp',
     'gelu',
+    'gemm',
     'layer_norm',
     'log_softmax',
     'matmul',
@@ -28,6 +29,7 @@ __all__ = [
     'min',
     'minimum',
     'mul',
+    'permute',
     'relu',
     'rms_norm',
     'sigmoid',
@@ -158,6 +160,27 @@ def gelu(
     return call_op('gelu', (x,), {}, {}, queue)
 
 
+def gemm(
+    a: Any,
+    b: Any,
+    bias: Any = None,
+    *,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    alpha: float = 1,
+    beta: float = 0,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """c = alpha * a @ b + beta * bias (BLAS GEMM); a and b each row- or column-major, bias broadcast from [N], [1, N], [M, 1], [M, N] or a scalar. The `gemm` calling convention adds trans_a and trans_b: a transposed view (the col layout of the same memory), never a copy.
+
+    Inputs: a [M, K] (f32|f64|f16; row|col-major), b [K, N] (f32|f64|f16; row|col-major), bias [M, N] (f32|f64|f16; broadcasts; optional, default all 0).
+    Returns: c [M, N] (f32|f64|f16).
+    Calling convention: gemm (BLAS GEMM: trans_a / trans_b take a or b transposed (a view: the col layout of the same memory, no copy); bias may be omitted, a number, or broadcast from [N], [1, N], [M, 1] or [M, N]).
+    Spec: specs/gemm.yaml.
+    """
+    return call_op('gemm', (a, b, bias), {'alpha': alpha, 'beta': beta}, {'trans_a': trans_a, 'trans_b': trans_b}, queue)
+
+
 def layer_norm(
     x: Any,
     weight: Any = None,
@@ -199,11 +222,11 @@ def matmul(
     *,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """c = a @ b; a and b each row- or column-major
+    """c[z] = a[z] @ b[z] over a batch: a is [BA, M, K], b is [BB, K, N], each row- or column-major in its last two axes; a batch of 1 on either side is shared by every batch of the other (BATCH = the larger of BA and BB). The `matmul` calling convention takes NumPy matmul's shapes (1-d operands, batch dims of rank up to 2, broadcast batch dims).
 
-    Inputs: a [M, K] (f32|f64|f16; row|col-major), b [K, N] (f32|f64|f16; row|col-major).
-    Returns: c [M, N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Inputs: a [BA, M, K] (f32|f64|f16; row|col-major), b [BB, K, N] (f32|f64|f16; row|col-major).
+    Returns: c [BATCH, M, N] (f32|f64|f16).
+    Calling convention: matmul (NumPy's matmul: a 1-d a is a row (promoted to [1, K], then squeezed), a 1-d b a column; batch dims (rank up to 4 in all) broadcast; a side whose batch dims are all 1, or both sides' equal, flatten into BA and BB; any other broadcast is materialized by NumPy for NumPy inputs (a copy) and refused for device arrays; F-ordered (and batched last-two-axes-swapped) operands are taken col-major, without a copy).
     Spec: specs/matmul.yaml.
     """
     return call_op('matmul', (a, b), {}, {}, queue)
@@ -306,6 +329,26 @@ def mul(
     Spec: specs/mul.yaml.
     """
     return call_op('mul', (a, b), {}, {}, queue)
+
+
+def permute(
+    x: Any,
+    *,
+    axes: tuple[int, ...] | None = None,
+    p0: int | None = None,
+    p1: int | None = None,
+    p2: int | None = None,
+    p3: int | None = None,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x with its axes permuted: y[e0, e1, e2, e3] = x at index i where i[p_k] = e_k, i.e. numpy.transpose(x, (p0, p1, p2, p3)); E_k = D_{p_k}. It only moves data (f16 is copied as 16-bit words). The `permute` calling convention takes ranks 1 to 4 and numpy.transpose's `axes=` (default: reversed), and sets p0..p3 from it.
+
+    Inputs: x [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Returns: y [E0, E1, E2, E3] (f32|f64|f16|i32).
+    Calling convention: permute (numpy.transpose: an input of rank 0 to 4 and `axes` (default: reversed); the input is padded to rank 4 with leading 1s and p0..p3 are set from axes (leave them unset)).
+    Spec: specs/permute.yaml.
+    """
+    return call_op('permute', (x,), {'p0': p0, 'p1': p1, 'p2': p2, 'p3': p3}, {'axes': axes}, queue)
 
 
 def relu(

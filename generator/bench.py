@@ -109,13 +109,13 @@ CASES = (
     Case("softmax", {"B": 4096, "R": 1024, "I": 1}, _bytes(2), "GB/s"),
     Case(
         "matmul",
-        {"M": 512, "N": 512, "K": 512},
+        {"BATCH": 1, "M": 512, "N": 512, "K": 512, "BA": 1, "BB": 1},
         lambda s: 2.0 * s["M"] * s["N"] * s["K"],
         "GFLOP/s",
     ),
     Case(
         "matmul",
-        {"M": 1024, "N": 1024, "K": 1024},
+        {"BATCH": 1, "M": 1024, "N": 1024, "K": 1024, "BA": 1, "BB": 1},
         lambda s: 2.0 * s["M"] * s["N"] * s["K"],
         "GFLOP/s",
     ),
@@ -139,6 +139,8 @@ CASES = (
     Case("log_softmax", {"B": 4096, "R": 1024, "I": 1}, _bytes(2), "GB/s"),
     Case("layer_norm", {"B": 4096, "R": 1024}, _bytes(2), "GB/s"),
     Case("rms_norm", {"B": 4096, "R": 1024}, _bytes(2), "GB/s"),
+    Case("gemm", {"M": 1024, "N": 1024, "K": 1024}, lambda s: 2.0 * s["M"] * s["N"] * s["K"],
+         "GFLOP/s"),
 )
 
 

@@ -9,4 +9,7 @@ CONVENTION_NAMES: tuple[str, ...] = (
     "trailing",  # normalization over the trailing `axes` axes: arrays reshaped to [B, R]
     "conv2d",  # NCHW or NHWC arrays; stride, padding, dilation as ints or pairs
     "attention",  # q, k, v with or without a heads axis; scale 1/sqrt(D) by default
+    "matmul",  # NumPy's matmul: 1-d operands, broadcast batch dims, F-ordered operands
+    "gemm",  # BLAS GEMM: trans_a / trans_b as transposed views, a broadcast bias
+    "permute",  # numpy.transpose: ranks 0 to 4, `axes`
 )

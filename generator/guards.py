@@ -12,7 +12,8 @@ Grammar (integers only; `/` is floor division, `%` the non-negative remainder)::
     unary   := '-' unary | atom
     atom    := INT | 'true' | 'false' | NAME | FUNC '(' expr (',' expr)* ')' | '(' expr ')'
 
-Functions: min(a, b, ...), max(a, b, ...), cdiv(a, b) (ceiling division), is_pow2(a).
+Functions: min(a, b, ...), max(a, b, ...), cdiv(a, b) (ceiling division), is_pow2(a),
+pick(i, x0, x1, ...) (x_i, with i clamped to the list: a permutation's dims from int attrs).
 Names are dims and params, bound when evaluated. Expressions are type-checked when parsed:
 a guard must be boolean, a launch size an integer.
 """
@@ -90,12 +91,17 @@ def _is_pow2(v: int) -> int:
     return int(v > 0 and (v & (v - 1)) == 0)
 
 
+def _pick(i: int, *xs: int) -> int:
+    return xs[min(max(i, 0), len(xs) - 1)]
+
+
 _FUNCS: dict[str, tuple[int, int | None, Kind, Callable[..., int]]] = {
     # name: (min args, max args or None, result kind, implementation)
     "min": (1, None, "int", min),
     "max": (1, None, "int", max),
     "cdiv": (2, 2, "int", lambda a, b: -(-a // b)),
     "is_pow2": (1, 1, "bool", _is_pow2),
+    "pick": (2, None, "int", _pick),
 }
 FUNCTIONS = tuple(sorted(_FUNCS))
 

@@ -127,7 +127,7 @@ def test_explain_cli_text_and_json(capsys: pytest.CaptureFixture[str], tmp_path:
     ]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "gpu_tiled    CHOSEN" in out
+    assert "gpu_tiled     CHOSEN" in out
     assert out.rstrip().endswith("=> matmul__gpu_tiled__f32__a_row__b_col")
     assert main([*args, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -136,6 +136,7 @@ def test_explain_cli_text_and_json(capsys: pytest.CaptureFixture[str], tmp_path:
         "gpu_tiled": "chosen",
         "generic": "eligible",
         "cpu_blocked": "rejected",
+        "generic_half": "rejected",
     }
     assert main(["explain", "matmul", "--dims", "Q=3"]) == 2
     assert "has no dim 'Q'" in capsys.readouterr().err
@@ -162,7 +163,7 @@ def test_fortran_arrays_pick_col_instances() -> None:
     a = np.asfortranarray(rng.standard_normal((30, 20)).astype(np.float32))
     b = rng.standard_normal((20, 10)).astype(np.float32)
     d = dispatcher()
-    plan = d.plan_for(d.registry.op("matmul"), {"a": a, "b": b}, {})
+    plan = d.plan_for(d.registry.op("matmul"), {"a": a[None], "b": b[None]}, {})
     assert plan.inst.name == "matmul__cpu_blocked__f32__a_col__b_row"
     np.testing.assert_allclose(ops.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
@@ -265,12 +266,18 @@ def test_compiled_strict_rejects_guard_failure() -> None:
 
 def test_compiled_checks_types_and_static_dims() -> None:
     d = _pocl_dispatcher()
-    f = d.compile("matmul", {"a": TensorType("f32", ("M", 16)), "b": TensorType("f32", (16, "N"))})
+    f = d.compile(
+        "matmul",
+        {"a": TensorType("f32", (1, "M", 16)), "b": TensorType("f32", (1, 16, "N"))},
+    )
     assert f.instance.name == "matmul__cpu_blocked__f32__a_row__b_row"
     with pytest.raises(CallError, match="compiled for f32, called with f64"):
-        f(np.ones((2, 16)), np.ones((16, 3)))
+        f(np.ones((1, 2, 16)), np.ones((1, 16, 3)))
     with pytest.raises(CallError, match="one name means one size"):
-        d.compile("matmul", {"a": TensorType("f32", ("M", 16)), "b": TensorType("f32", (8, "N"))})
+        d.compile(
+            "matmul",
+            {"a": TensorType("f32", (1, "M", 16)), "b": TensorType("f32", (1, 8, "N"))},
+        )
 
 
 # --- build failures fall back ----------------------------------------------------------------

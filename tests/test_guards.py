@@ -37,6 +37,9 @@ def test_conditions(text: str, env: dict[str, int], value: bool) -> None:
         ("16", {}, 16),
         ("cdiv(0, 8)", {}, 0),
         ("M * WG", {"M": 3, "WG": 64}, 192),
+        ("pick(P, A, B, C)", {"P": 1, "A": 5, "B": 6, "C": 7}, 6),
+        ("pick(P, A, B, C)", {"P": 9, "A": 5, "B": 6, "C": 7}, 7),  # clamped
+        ("pick(P, A, B, C)", {"P": -1, "A": 5, "B": 6, "C": 7}, 5),
     ],
 )
 def test_sizes(text: str, env: dict[str, int], value: int) -> None:
@@ -55,7 +58,8 @@ def test_names_are_collected() -> None:
         ("N.__class__", "unexpected character '.' at column 2 of 'N.__class__'"),
         (
             "open(N)",
-            "unknown function 'open'; available: cdiv, is_pow2, max, min at column 1 of 'open(N)'",
+            "unknown function 'open'; available: cdiv, is_pow2, max, min, pick at column 1 of "
+            "'open(N)'",
         ),
         ("N < M < K", "comparisons do not chain; join them with 'and' at column 7 of 'N < M < K'"),
         ("N + 1", "expression must be a condition (true/false) at column 1 of 'N + 1'"),

@@ -15,14 +15,15 @@ rng = np.random.default_rng(3)
 def test_launch_by_name_numpy_and_device(runtime) -> None:
     a = rng.standard_normal((9, 5)).astype(np.float32)
     b = rng.standard_normal((5, 4)).astype(np.float32)
-    out = runtime.launch("matmul__generic__f32__a_col__b_row", {"a": a, "b": b})
-    np.testing.assert_allclose(out["c"], a @ b, rtol=1e-5, atol=1e-5)
+    out = runtime.launch("matmul__generic__f32__a_col__b_row", {"a": a[None], "b": b[None]})
+    np.testing.assert_allclose(out["c"][0], a @ b, rtol=1e-5, atol=1e-5)
     q = runtime.queue
     dev = runtime.launch(
-        "matmul__generic__f32__a_row__b_row", {"a": cla.to_device(q, a), "b": cla.to_device(q, b)}
+        "matmul__generic__f32__a_row__b_row",
+        {"a": cla.to_device(q, a[None]), "b": cla.to_device(q, b[None])},
     )
     assert isinstance(dev["c"], cla.Array)
-    np.testing.assert_allclose(dev["c"].get(), a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dev["c"].get()[0], a @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_registry_contract_drives_geometry(registry) -> None:
@@ -62,8 +63,8 @@ def test_launch_errors(runtime, name: str, inputs: dict, message: str) -> None:
 
 
 def test_device_array_in_the_wrong_layout_is_refused(runtime) -> None:
-    a = cla.to_device(runtime.queue, np.ones((4, 3), np.float32))
-    b = cla.to_device(runtime.queue, np.ones((3, 2), np.float32))
+    a = cla.to_device(runtime.queue, np.ones((1, 4, 3), np.float32))
+    b = cla.to_device(runtime.queue, np.ones((1, 3, 2), np.float32))
     with pytest.raises(CallError, match="is not col-major as needed"):
         runtime.launch("matmul__generic__f32__a_col__b_row", {"a": a, "b": b})
 

@@ -5,11 +5,24 @@ from __future__ import annotations
 
 from ..conventions_names import CONVENTION_NAMES
 from .base import Canonical, Convention, PyParam
+from .linalg import Gemm, Matmul, Permute
 from .nn import Attention, Conv2d
 from .shape import Axis, Broadcast, Direct, Flat, Trailing
 
 CONVENTIONS: dict[str, Convention] = {
-    c.name: c for c in (Direct(), Flat(), Broadcast(), Axis(), Trailing(), Conv2d(), Attention())
+    c.name: c
+    for c in (
+        Direct(),
+        Flat(),
+        Broadcast(),
+        Axis(),
+        Trailing(),
+        Conv2d(),
+        Attention(),
+        Matmul(),
+        Gemm(),
+        Permute(),
+    )
 }
 
 if tuple(CONVENTIONS) != CONVENTION_NAMES:  # pragma: no cover - a developer's slip

@@ -8,17 +8,25 @@ __kernel void matmul__generic__f16__a_row__b_row(
     __global const half* restrict a,
     __global const half* restrict b,
     __global half* restrict c,
+    const int BATCH,
     const int M,
     const int N,
-    const int K
+    const int K,
+    const int BA,
+    const int BB
 )
 {
     const int j_ = get_global_id(0);
     const int i_ = get_global_id(1);
     if (i_ >= M || j_ >= N) return;
+    const size_t z_ = get_global_id(2);
+    const size_t ao_ = (BA == 1 ? 0 : z_) * M * K;
+    const size_t bo_ = (BB == 1 ? 0 : z_) * K * N;
+    const size_t co_ = z_ * M * N;
+
     ACC_ acc_ = 0;
     for (int k_ = 0; k_ < K; ++k_) {
-        acc_ += vload_half((size_t)(((i_) * K + (k_))), a) * vload_half((size_t)(((k_) * N + (j_))), b);
+        acc_ += vload_half((size_t)(ao_ + ((i_) * K + (k_))), a) * vload_half((size_t)(bo_ + ((k_) * N + (j_))), b);
     }
-    vstore_half(acc_, (size_t)(((i_) * N + (j_))), c);
+    vstore_half(acc_, (size_t)(co_ + ((i_) * N + (j_))), c);
 }

@@ -9,17 +9,25 @@ __kernel void matmul__generic__f64__a_col__b_row(
     __global const double* restrict a,
     __global const double* restrict b,
     __global double* restrict c,
+    const int BATCH,
     const int M,
     const int N,
-    const int K
+    const int K,
+    const int BA,
+    const int BB
 )
 {
     const int j_ = get_global_id(0);
     const int i_ = get_global_id(1);
     if (i_ >= M || j_ >= N) return;
+    const size_t z_ = get_global_id(2);
+    const size_t ao_ = (BA == 1 ? 0 : z_) * M * K;
+    const size_t bo_ = (BB == 1 ? 0 : z_) * K * N;
+    const size_t co_ = z_ * M * N;
+
     ACC_ acc_ = 0;
     for (int k_ = 0; k_ < K; ++k_) {
-        acc_ += (ACC_)a[((k_) * M + (i_))] * (ACC_)b[((k_) * N + (j_))];
+        acc_ += (ACC_)a[ao_ + ((k_) * M + (i_))] * (ACC_)b[bo_ + ((k_) * N + (j_))];
     }
-    c[((i_) * N + (j_))] = (double)(acc_);
+    c[co_ + ((i_) * N + (j_))] = (double)(acc_);
 }

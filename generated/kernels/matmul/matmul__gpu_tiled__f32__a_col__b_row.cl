@@ -9,9 +9,12 @@ __kernel void matmul__gpu_tiled__f32__a_col__b_row(
     __global const float* restrict a,
     __global const float* restrict b,
     __global float* restrict c,
+    const int BATCH,
     const int M,
     const int N,
-    const int K
+    const int K,
+    const int BA,
+    const int BB
 )
 {
     __local ACC_ as_[16][16];
@@ -20,12 +23,17 @@ __kernel void matmul__gpu_tiled__f32__a_col__b_row(
     const int ti_ = get_local_id(1);
     const int j_ = get_group_id(0) * 16 + tj_;
     const int i_ = get_group_id(1) * 16 + ti_;
+    const size_t z_ = get_global_id(2);
+    const size_t ao_ = (BA == 1 ? 0 : z_) * M * K;
+    const size_t bo_ = (BB == 1 ? 0 : z_) * K * N;
+    const size_t co_ = z_ * M * N;
+
     ACC_ acc_ = 0;
     for (int k0_ = 0; k0_ < K; k0_ += 16) {
         const int ka_ = k0_ + tj_;
         const int kb_ = k0_ + ti_;
-        as_[ti_][tj_] = (i_ < M && ka_ < K) ? (ACC_)a[((ka_) * M + (i_))] : (ACC_)0;
-        bs_[ti_][tj_] = (kb_ < K && j_ < N) ? (ACC_)b[((kb_) * N + (j_))] : (ACC_)0;
+        as_[ti_][tj_] = (i_ < M && ka_ < K) ? (ACC_)a[ao_ + ((ka_) * M + (i_))] : (ACC_)0;
+        bs_[ti_][tj_] = (kb_ < K && j_ < N) ? (ACC_)b[bo_ + ((kb_) * N + (j_))] : (ACC_)0;
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int k_ = 0; k_ < 16; ++k_) {
             acc_ += as_[ti_][k_] * bs_[k_][tj_];
@@ -33,6 +41,6 @@ __kernel void matmul__gpu_tiled__f32__a_col__b_row(
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (i_ < M && j_ < N) {
-        c[((i_) * N + (j_))] = (float)(acc_);
+        c[co_ + ((i_) * N + (j_))] = (float)(acc_);
     }
 }
