@@ -58,14 +58,17 @@ def bench_overhead(repeats: int = 9, inner: int = 2000) -> dict[str, float]:
     n = 1024
     a = cla.to_device(q, np.ones(n, np.float32))
     b = cla.to_device(q, np.ones(n, np.float32))
-    plan = d.plan_for(d.registry.op("add"), {"a": a, "b": b}, {})
+    # add broadcasts over 4 dims: plan for the canonical shape (1, 1, 1, n) that ops.add uses
+    plan = d.plan_for(
+        d.registry.op("add"), {"a": a.reshape(1, 1, 1, n), "b": b.reshape(1, 1, 1, n)}, {}
+    )
     kernel = d.runtime.kernel(plan.inst)
     gs, ls = plan.geometry.global_size, plan.geometry.local_size
-    nn = np.int32(n)
+    scalars = plan.args[3:]  # the dims and strides, after the buffers a, b, c
 
     def raw() -> None:
         c = cla.empty(q, (n,), np.float32)
-        kernel(q, gs, ls, a.data, b.data, c.data, nn)
+        kernel(q, gs, ls, a.data, b.data, c.data, *scalars)
 
     def eager() -> None:
         ops.add(a, b)
@@ -100,7 +103,7 @@ def _bytes(n_arrays: int) -> Callable[[dict[str, int]], float]:
 
 
 CASES = (
-    Case("add", {"N": 16 * 2**20}, _bytes(3), "GB/s"),
+    Case("add", {"D0": 1, "D1": 1, "D2": 1, "D3": 16 * 2**20}, _bytes(3), "GB/s"),
     Case("relu", {"N": 16 * 2**20}, _bytes(2), "GB/s"),
     Case("gelu", {"N": 4 * 2**20}, _bytes(2), "GB/s", numpy=False),
     Case("sum", {"M": 4096, "N": 4096}, _bytes(1), "GB/s"),
@@ -117,6 +120,10 @@ CASES = (
         lambda s: 2.0 * s["M"] * s["N"] * s["K"],
         "GFLOP/s",
     ),
+    Case("mul", {"D0": 1, "D1": 1, "D2": 4096, "D3": 4096}, _bytes(3), "GB/s"),
+    Case("maximum", {"D0": 1, "D1": 1, "D2": 1, "D3": 16 * 2**20}, _bytes(3), "GB/s"),
+    Case("exp", {"N": 16 * 2**20}, _bytes(2), "GB/s"),
+    Case("sigmoid", {"N": 16 * 2**20}, _bytes(2), "GB/s"),
 )
 
 
