@@ -12,6 +12,7 @@ import pyopencl as cl
 from generator.dispatch import call_op
 
 __all__ = [
+    'abs',
     'add',
     'argmax',
     'attention',
@@ -21,6 +22,8 @@ __all__ = [
     'gelu',
     'gemm',
     'layer_norm',
+    'leaky_relu',
+    'log',
     'log_softmax',
     'matmul',
     'max',
@@ -29,15 +32,35 @@ __all__ = [
     'min',
     'minimum',
     'mul',
+    'neg',
     'permute',
+    'pow',
     'relu',
     'rms_norm',
+    'rsqrt',
     'sigmoid',
+    'silu',
     'softmax',
+    'sqrt',
     'sub',
     'sum',
     'tanh',
 ]
+
+
+def abs(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = |x|, elementwise (i32 wraps: |INT_MIN| is INT_MIN)
+
+    Inputs: x [N] (f32|f64|f16|i32).
+    Returns: y [N] (f32|f64|f16|i32).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/abs.yaml.
+    """
+    return call_op('abs', (x,), {}, {}, queue)
 
 
 def add(
@@ -46,11 +69,11 @@ def add(
     *,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """c = a + b, elementwise
+    """c = a + b, elementwise, with NumPy broadcasting (ranks up to 4)
 
-    Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
-    Returns: c [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
+    Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
     Spec: specs/add.yaml.
     """
     return call_op('add', (a, b), {}, {}, queue)
@@ -120,11 +143,11 @@ def div(
     *,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """c = a / b, elementwise
+    """c = a / b; for i32 the quotient truncates toward zero (C division: -7 / 2 = -3), and division by zero (or INT_MIN / -1) is undefined, elementwise, with NumPy broadcasting (ranks up to 4)
 
-    Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
-    Returns: c [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
+    Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
     Spec: specs/div.yaml.
     """
     return call_op('div', (a, b), {}, {}, queue)
@@ -139,7 +162,7 @@ def exp(
 
     Inputs: x [N] (f32|f64|f16).
     Returns: y [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
     Spec: specs/exp.yaml.
     """
     return call_op('exp', (x,), {}, {}, queue)
@@ -148,16 +171,17 @@ def exp(
 def gelu(
     x: Any,
     *,
+    approximate: int = 0,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y = x * (1 + erf(x / sqrt(2))) / 2 (the exact, erf form), elementwise
+    """y = x * (1 + erf(x / sqrt(2))) / 2 (approximate=0, the exact erf form) or x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))) / 2 (approximate=1, the tanh form, PyTorch's approximate='tanh'), elementwise
 
     Inputs: x [N] (f32|f64|f16).
     Returns: y [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
     Spec: specs/gelu.yaml.
     """
-    return call_op('gelu', (x,), {}, {}, queue)
+    return call_op('gelu', (x,), {'approximate': approximate}, {}, queue)
 
 
 def gemm(
@@ -198,6 +222,37 @@ def layer_norm(
     Spec: specs/layer_norm.yaml.
     """
     return call_op('layer_norm', (x, weight, bias), {'eps': eps}, {'axes': axes}, queue)
+
+
+def leaky_relu(
+    x: Any,
+    *,
+    alpha: float = 0.01,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x if x >= 0 else alpha * x, elementwise; NaN stays NaN
+
+    Inputs: x [N] (f32|f64|f16).
+    Returns: y [N] (f32|f64|f16).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/leaky_relu.yaml.
+    """
+    return call_op('leaky_relu', (x,), {'alpha': alpha}, {}, queue)
+
+
+def log(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = log(x) (natural), elementwise; NaN for x < 0, -inf for 0
+
+    Inputs: x [N] (f32|f64|f16).
+    Returns: y [N] (f32|f64|f16).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/log.yaml.
+    """
+    return call_op('log', (x,), {}, {}, queue)
 
 
 def log_softmax(
@@ -255,11 +310,11 @@ def maximum(
     *,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """c = max(a, b), NaN-propagating like numpy.maximum, elementwise
+    """c = max(a, b); NaN in either input gives NaN, like NumPy, elementwise, with NumPy broadcasting (ranks up to 4)
 
-    Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
-    Returns: c [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
+    Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
     Spec: specs/maximum.yaml.
     """
     return call_op('maximum', (a, b), {}, {}, queue)
@@ -305,11 +360,11 @@ def minimum(
     *,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """c = min(a, b), NaN-propagating like numpy.minimum, elementwise
+    """c = min(a, b); NaN in either input gives NaN, like NumPy, elementwise, with NumPy broadcasting (ranks up to 4)
 
-    Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
-    Returns: c [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
+    Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
     Spec: specs/minimum.yaml.
     """
     return call_op('minimum', (a, b), {}, {}, queue)
@@ -321,14 +376,29 @@ def mul(
     *,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """c = a * b, elementwise
+    """c = a * b, elementwise, with NumPy broadcasting (ranks up to 4)
 
-    Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
-    Returns: c [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
+    Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
     Spec: specs/mul.yaml.
     """
     return call_op('mul', (a, b), {}, {}, queue)
+
+
+def neg(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = -x, elementwise (i32 wraps: -INT_MIN is INT_MIN)
+
+    Inputs: x [N] (f32|f64|f16|i32).
+    Returns: y [N] (f32|f64|f16|i32).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/neg.yaml.
+    """
+    return call_op('neg', (x,), {}, {}, queue)
 
 
 def permute(
@@ -351,16 +421,32 @@ def permute(
     return call_op('permute', (x,), {'p0': p0, 'p1': p1, 'p2': p2, 'p3': p3}, {'axes': axes}, queue)
 
 
+def pow(
+    a: Any,
+    b: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """c = a ** b (OpenCL pow: NaN for a < 0 with a non-integer b), elementwise, with NumPy broadcasting (ranks up to 4)
+
+    Inputs: a [D0, D1, D2, D3] (f32|f64|f16; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16; broadcasts).
+    Returns: c [D0, D1, D2, D3] (f32|f64|f16).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Spec: specs/pow.yaml.
+    """
+    return call_op('pow', (a, b), {}, {}, queue)
+
+
 def relu(
     x: Any,
     *,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y = max(x, 0), elementwise
+    """y = max(x, 0), elementwise; NaN stays NaN
 
-    Inputs: x [N] (f32|f64|f16).
-    Returns: y [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Inputs: x [N] (f32|f64|f16|i32).
+    Returns: y [N] (f32|f64|f16|i32).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
     Spec: specs/relu.yaml.
     """
     return call_op('relu', (x,), {}, {}, queue)
@@ -384,6 +470,21 @@ def rms_norm(
     return call_op('rms_norm', (x, weight), {'eps': eps}, {'axes': axes}, queue)
 
 
+def rsqrt(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = 1 / sqrt(x), elementwise; NaN for x < 0, inf for 0
+
+    Inputs: x [N] (f32|f64|f16).
+    Returns: y [N] (f32|f64|f16).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/rsqrt.yaml.
+    """
+    return call_op('rsqrt', (x,), {}, {}, queue)
+
+
 def sigmoid(
     x: Any,
     *,
@@ -393,10 +494,25 @@ def sigmoid(
 
     Inputs: x [N] (f32|f64|f16).
     Returns: y [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
     Spec: specs/sigmoid.yaml.
     """
     return call_op('sigmoid', (x,), {}, {}, queue)
+
+
+def silu(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x * sigmoid(x) = x / (1 + exp(-x)), elementwise (also called swish)
+
+    Inputs: x [N] (f32|f64|f16).
+    Returns: y [N] (f32|f64|f16).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/silu.yaml.
+    """
+    return call_op('silu', (x,), {}, {}, queue)
 
 
 def softmax(
@@ -415,17 +531,32 @@ def softmax(
     return call_op('softmax', (x,), {}, {'axis': axis}, queue)
 
 
+def sqrt(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = sqrt(x), elementwise; NaN for x < 0
+
+    Inputs: x [N] (f32|f64|f16).
+    Returns: y [N] (f32|f64|f16).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/sqrt.yaml.
+    """
+    return call_op('sqrt', (x,), {}, {}, queue)
+
+
 def sub(
     a: Any,
     b: Any,
     *,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """c = a - b, elementwise
+    """c = a - b, elementwise, with NumPy broadcasting (ranks up to 4)
 
-    Inputs: a [N] (f32|f64|f16), b [N] (f32|f64|f16).
-    Returns: c [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
+    Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
     Spec: specs/sub.yaml.
     """
     return call_op('sub', (a, b), {}, {}, queue)
@@ -457,7 +588,7 @@ def tanh(
 
     Inputs: x [N] (f32|f64|f16).
     Returns: y [N] (f32|f64|f16).
-    Calling convention: direct (arrays shaped exactly as the spec says).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
     Spec: specs/tanh.yaml.
     """
     return call_op('tanh', (x,), {}, {}, queue)

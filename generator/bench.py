@@ -58,16 +58,19 @@ def bench_overhead(repeats: int = 9, inner: int = 2000) -> dict[str, float]:
     n = 1024
     a = cla.to_device(q, np.ones(n, np.float32))
     b = cla.to_device(q, np.ones(n, np.float32))
-    plan = d.plan_for(d.registry.op("add"), {"a": a, "b": b}, {})
+    # add broadcasts over 4 dims: plan for the canonical shape (1, 1, 1, n) that ops.add uses
+    plan = d.plan_for(
+        d.registry.op("add"), {"a": a.reshape(1, 1, 1, n), "b": b.reshape(1, 1, 1, n)}, {}
+    )
     kernel = d.runtime.kernel(plan.inst)
     gs, ls = plan.geometry.global_size, plan.geometry.local_size
-    nn = np.int32(n)
+    scalars = plan.args[3:]  # the dims and strides, after the buffers a, b, c
 
     pool = d.runtime.allocator
 
     def raw() -> None:  # the least any caller does: allocate the output (same pool), launch
         c = cla.empty(q, (n,), np.float32, allocator=pool)
-        kernel(q, gs, ls, a.data, b.data, c.data, nn)
+        kernel(q, gs, ls, a.data, b.data, c.data, *scalars)
 
     def eager() -> None:
         ops.add(a, b)
@@ -102,7 +105,7 @@ def _bytes(n_arrays: int) -> Callable[[dict[str, int]], float]:
 
 
 CASES = (
-    Case("add", {"N": 16 * 2**20}, _bytes(3), "GB/s"),
+    Case("add", {"D0": 1, "D1": 1, "D2": 1, "D3": 16 * 2**20}, _bytes(3), "GB/s"),
     Case("relu", {"N": 16 * 2**20}, _bytes(2), "GB/s"),
     Case("gelu", {"N": 4 * 2**20}, _bytes(2), "GB/s", numpy=False),
     Case("sum", {"B": 4096, "R": 4096, "I": 1}, _bytes(1), "GB/s"),
@@ -141,6 +144,10 @@ CASES = (
     Case("rms_norm", {"B": 4096, "R": 1024}, _bytes(2), "GB/s"),
     Case("gemm", {"M": 1024, "N": 1024, "K": 1024}, lambda s: 2.0 * s["M"] * s["N"] * s["K"],
          "GFLOP/s"),
+    Case("mul", {"D0": 1, "D1": 1, "D2": 4096, "D3": 4096}, _bytes(3), "GB/s"),
+    Case("maximum", {"D0": 1, "D1": 1, "D2": 1, "D3": 16 * 2**20}, _bytes(3), "GB/s"),
+    Case("exp", {"N": 16 * 2**20}, _bytes(2), "GB/s"),
+    Case("sigmoid", {"N": 16 * 2**20}, _bytes(2), "GB/s"),
 )
 
 

@@ -187,7 +187,7 @@ def test_strided_numpy_is_copied_but_strided_device_array_is_refused() -> None:
         ),
         (
             lambda: ops.add(np.ones(3, np.float32), np.ones(4, np.float32)),
-            "add: dim N is 3 in a (shape (3,)) but 4 in b (shape (4,)); one name means one size",
+            "add: shapes (3,) and (4,) do not broadcast",
         ),
         (
             lambda: ops.add(np.ones(3, np.float32), np.ones(3, np.float64)),
@@ -199,12 +199,12 @@ def test_strided_numpy_is_copied_but_strided_device_array_is_refused() -> None:
             "f32, f64, i32)",
         ),
         (
-            lambda: ops.relu(np.ones((2, 2), np.float32)),
-            "relu: input 'x' has rank 2 (shape (2, 2)), expected rank 1 [N]",
+            lambda: ops.add(np.ones((1, 1, 1, 1, 2), np.float32), np.ones(2, np.float32)),
+            "add: input 'a' has rank 5; at most 4",
         ),
         (
-            lambda: ops.relu(np.ones(3, np.int32)),
-            "relu: dtype i32 is not supported (supported: f32, f64, f16)",
+            lambda: ops.exp(np.ones(3, np.int32)),
+            "exp: dtype i32 is not supported (supported: f32, f64, f16)",
         ),
         (
             lambda: ops.relu([1.0, 2.0]),

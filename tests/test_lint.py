@@ -49,7 +49,7 @@ dtypes: [f32]
 variants:
   - name: generic
     arch: generic
-    template: elementwise/generic.cl.j2
+    template: elementwise/unary_generic.cl.j2
     launch: {global_size: [N]}
 """
 
@@ -360,7 +360,7 @@ def test_generation_refuses_ambiguous_variants(tmp_path: Path) -> None:
 def test_generation_refuses_broken_constraints(tmp_path: Path) -> None:
     layout = make_tree(tmp_path)
     spec = RELU + (
-        "  - name: cpu\n    arch: cpu\n    template: elementwise/cpu.cl.j2\n"
+        "  - name: cpu\n    arch: cpu\n    template: elementwise/unary_cpu.cl.j2\n"
         "    params: {CHUNK: 100}\n    constraints: ['CHUNK % 8 == 0']\n"
         "    launch: {global_size: ['cdiv(N, CHUNK)'], local_size: [1]}\n"
     )

@@ -28,11 +28,14 @@ def test_launch_by_name_numpy_and_device(runtime) -> None:
 
 def test_registry_contract_drives_geometry(registry) -> None:
     inst = registry.instance("add__cpu__f32")
-    assert [a.name for a in inst.args] == ["a", "b", "c", "N"]
-    assert [a.kind for a in inst.args] == ["input", "input", "output", "dim"]
-    geo = geometry(registry, inst, {"N": 8195})
+    strides = [f"{t}_s{k}" for t in "ab" for k in range(4)]
+    assert [a.name for a in inst.args] == ["a", "b", "c", "D0", "D1", "D2", "D3", *strides]
+    assert [a.kind for a in inst.args] == ["input", "input", "output"] + ["dim"] * 4 + [
+        "stride"
+    ] * 8
+    geo = geometry(registry, inst, {"D0": 1, "D1": 1, "D2": 1, "D3": 8195})
     assert geo.global_size == (3,) and geo.local_size == (1,)
-    assert geometry(registry, inst, {"N": 0}).empty
+    assert geometry(registry, inst, {"D0": 1, "D1": 1, "D2": 1, "D3": 0}).empty
 
 
 @pytest.mark.parametrize(

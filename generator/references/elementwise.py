@@ -1,35 +1,115 @@
-"""References for the elementwise ops."""
+"""References for the elementwise ops: unary (`call: flat`, dim N) and binary with NumPy
+broadcasting (`call: broadcast`, dims D0..D3, inputs of shape [D0, D1, D2, D3] or any shape that
+broadcasts to it)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from math import erf
+from typing import Any
 
 import numpy as np
 
-from .base import Reference
+from .base import Case, Reference
 
 _erf = np.vectorize(erf, otypes=[np.float64])
 
+Unary = Callable[[np.ndarray, dict[str, Any]], np.ndarray]
+Binary = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
-def _binary(f: Callable[[np.ndarray, np.ndarray], np.ndarray], **kw: object) -> Reference:
-    return Reference(lambda a, _: {"c": f(a["a"], a["b"])}, **kw)  # type: ignore[arg-type]
+# the default sizes of a one-dim op, with some attribute values on top
+_N = (1, 7, 130, 8195, 0)
 
 
-def _unary(f: Callable[[np.ndarray], np.ndarray], **kw: object) -> Reference:
-    return Reference(lambda a, _: {"y": f(a["x"])}, **kw)  # type: ignore[arg-type]
+def _unary(f: Unary, attrs: tuple[dict[str, float | int], ...] = (), **kw: Any) -> Reference:
+    cases = None
+    if attrs:
+        cases = tuple(Case({"N": n}) for n in _N) + tuple(
+            Case({"N": n}, attrs=a) for a in attrs for n in (1, 8195, 0)
+        )
+    return Reference(lambda a, at: {"y": f(a["x"], at)}, cases=cases, **kw)
+
+
+def _gelu(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    if attrs.get("approximate", 0):
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1 + _erf(x / np.sqrt(2)))
+
+
+def _leaky_relu(x: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    return np.where(x < 0, attrs.get("alpha", 0.01) * x, x)
+
+
+def div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a / b; for integers the quotient truncates toward zero like C (np.trunc, not floor)."""
+    if not np.issubdtype(np.result_type(a, b), np.integer):
+        return a / b
+    q = np.abs(a) // np.abs(b)
+    return np.where((a < 0) != (b < 0), -q, q).astype(np.result_type(a, b))
+
+
+_DIMS = ("D0", "D1", "D2", "D3")
+
+
+def _bcase(
+    dims: tuple[int, int, int, int],
+    a: tuple[int, ...] | None = None,
+    b: tuple[int, ...] | None = None,
+) -> Case:
+    shapes = {k: s for k, s in (("a", a), ("b", b)) if s is not None}
+    return Case(dict(zip(_DIMS, dims, strict=True)), shapes)
+
+
+# Shapes of broadcast inputs are rank 4 here (the convention pads lower ranks with leading 1s):
+# same shapes (1, primes, chunks with tails), a row (rank 1) and a column broadcast, a single
+# element, both inputs stretched on different axes, rows of one element, an empty tensor.
+BINARY_CASES: tuple[Case, ...] = (
+    _bcase((1, 1, 1, 1)),
+    _bcase((2, 3, 5, 7)),
+    _bcase((1, 1, 1, 8195)),
+    _bcase((1, 1, 3, 4099)),
+    _bcase((3, 5, 7, 130), b=(1, 1, 1, 130)),
+    _bcase((2, 3, 67, 13), b=(2, 3, 67, 1)),
+    _bcase((1, 1, 13, 1001), a=(1, 1, 1, 1)),
+    _bcase((1, 1, 1, 9001), b=(1, 1, 1, 1)),
+    _bcase((3, 5, 11, 7), a=(1, 5, 1, 7), b=(3, 1, 11, 1)),
+    _bcase((2, 3, 5, 8), a=(2, 1, 5, 8), b=(2, 3, 1, 8)),
+    _bcase((1, 7, 4099, 1), a=(1, 1, 4099, 1), b=(1, 7, 1, 1)),
+    _bcase((2, 0, 3, 5)),
+    _bcase((4, 1, 3, 0), b=(1, 1, 1, 0)),
+)
+
+
+def _binary(f: Binary, **kw: Any) -> Reference:
+    return Reference(lambda a, _: {"c": f(a["a"], a["b"])}, cases=BINARY_CASES, **kw)
+
+
+def _arith(f: Callable[[np.ndarray], np.ndarray]) -> Unary:
+    return lambda x, _: f(x)
 
 
 REFERENCES: dict[str, Reference] = {
+    # unary
+    "relu": _unary(_arith(lambda x: np.where(x < 0, np.zeros_like(x), x))),
+    "leaky_relu": _unary(_leaky_relu, attrs=({"alpha": 0.2},)),
+    "gelu": _unary(_gelu, attrs=({"approximate": 1},)),
+    "silu": _unary(_arith(lambda x: x / (1 + np.exp(-x)))),
+    "sigmoid": _unary(_arith(lambda x: 1 / (1 + np.exp(-x)))),
+    "tanh": _unary(_arith(np.tanh)),
+    "exp": _unary(_arith(np.exp)),
+    "log": _unary(_arith(np.log), domains={"x": "positive"}),
+    "sqrt": _unary(_arith(np.sqrt), domains={"x": "positive"}),
+    "rsqrt": _unary(_arith(lambda x: 1 / np.sqrt(x)), domains={"x": "positive"}),
+    "neg": _unary(_arith(np.negative)),
+    "abs": _unary(_arith(np.abs)),
+    # binary, broadcasting
     "add": _binary(np.add),
     "sub": _binary(np.subtract),
     "mul": _binary(np.multiply),
-    "div": _binary(np.divide, domains={"b": "nonzero"}),
+    "div": _binary(div_trunc, domains={"b": "nonzero"}),
     "maximum": _binary(np.maximum),
     "minimum": _binary(np.minimum),
-    "relu": _unary(lambda x: np.maximum(x, 0)),
-    "gelu": _unary(lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2)))),
-    "sigmoid": _unary(lambda x: 1 / (1 + np.exp(-x))),
-    "tanh": _unary(np.tanh),
-    "exp": _unary(np.exp),
+    "pow": _binary(np.power, domains={"a": "positive", "b": "small"}),
 }
+
+__all__ = ["BINARY_CASES", "REFERENCES", "div_trunc"]

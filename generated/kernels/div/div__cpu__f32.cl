@@ -10,20 +10,239 @@ __kernel void div__cpu__f32(
     __global const float* restrict a,
     __global const float* restrict b,
     __global float* restrict c,
-    const int N
+    const int D0,
+    const int D1,
+    const int D2,
+    const int D3,
+    const int a_s0,
+    const int a_s1,
+    const int a_s2,
+    const int a_s3,
+    const int b_s0,
+    const int b_s1,
+    const int b_s2,
+    const int b_s3
 )
 {
+    const int total_ = D0 * D1 * D2 * D3;
     const int start_ = get_global_id(0) * CHUNK;
-    const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
+    const int end_ = (total_ - start_ < CHUNK) ? total_ : start_ + CHUNK;
+    const int dense_a_ = (a_s0 == (D0 == 1 ? 0 : D1 * D2 * D3) && a_s1 == (D1 == 1 ? 0 : D2 * D3) && a_s2 == (D2 == 1 ? 0 : D3) && a_s3 == (D3 == 1 ? 0 : 1));
+    const int dense_b_ = (b_s0 == (D0 == 1 ? 0 : D1 * D2 * D3) && b_s1 == (D1 == 1 ? 0 : D2 * D3) && b_s2 == (D2 == 1 ? 0 : D3) && b_s3 == (D3 == 1 ? 0 : 1));
     int i_ = start_;
-    for (; i_ + 8 <= end_; i_ += 8) {
-        const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
-        const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
-        *(__global ACC8_*)(c + (i_)) = ((x_) / (y_));
-    }
-    for (; i_ < end_; ++i_) {
-        const ACC_ x_ = (ACC_)a[i_];
-        const ACC_ y_ = (ACC_)b[i_];
-        c[i_] = (float)(((x_) / (y_)));
+    if (dense_a_ && dense_b_) {
+        for (; i_ + 8 <= end_; i_ += 8) {
+            const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
+            const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
+            *(__global ACC8_*)(c + (i_)) = ((x_) / (y_));
+        }
+        for (; i_ < end_; ++i_) {
+            const ACC_ x_ = (ACC_)a[i_];
+            const ACC_ y_ = (ACC_)b[i_];
+            c[i_] = (float)(((x_) / (y_)));
+        }
+
+    } else if (dense_a_ && (b_s0 == 0 && b_s1 == 0 && b_s2 == 0 && b_s3 == 0)) {
+        const ACC_ b1_ = (ACC_)b[0];
+        const ACC8_ b8_ = (ACC8_)(b1_);
+        for (; i_ + 8 <= end_; i_ += 8) {
+            const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
+            const ACC8_ y_ = b8_;
+            *(__global ACC8_*)(c + (i_)) = ((x_) / (y_));
+        }
+        for (; i_ < end_; ++i_) {
+            const ACC_ x_ = (ACC_)a[i_];
+            const ACC_ y_ = b1_;
+            c[i_] = (float)(((x_) / (y_)));
+        }
+
+    } else if (dense_b_ && (a_s0 == 0 && a_s1 == 0 && a_s2 == 0 && a_s3 == 0)) {
+        const ACC_ a1_ = (ACC_)a[0];
+        const ACC8_ a8_ = (ACC8_)(a1_);
+        for (; i_ + 8 <= end_; i_ += 8) {
+            const ACC8_ x_ = a8_;
+            const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
+            *(__global ACC8_*)(c + (i_)) = ((x_) / (y_));
+        }
+        for (; i_ < end_; ++i_) {
+            const ACC_ x_ = a1_;
+            const ACC_ y_ = (ACC_)b[i_];
+            c[i_] = (float)(((x_) / (y_)));
+        }
+
+    } else {
+        int r_ = start_ / D3;
+        int j_ = start_ - r_ * D3;
+        int i2_ = r_ % D2;
+        const int q_ = r_ / D2;
+        int i1_ = q_ % D1;
+        const int i0_ = q_ / D1;
+        int ao_ = ((i0_) * a_s0 + (i1_) * a_s1 + (i2_) * a_s2);
+        int bo_ = ((i0_) * b_s0 + (i1_) * b_s1 + (i2_) * b_s2);
+        if (a_s3 && b_s3) {
+            while (i_ < end_) {
+                const int n_ = (D3 - j_ < end_ - i_) ? D3 - j_ : end_ - i_;
+                int k_ = 0;
+                for (; k_ + 8 <= n_; k_ += 8) {
+                    const ACC8_ x_ = (ACC8_)((ACC_)a[ao_ + j_ + k_ + 0], (ACC_)a[ao_ + j_ + k_ + 1], (ACC_)a[ao_ + j_ + k_ + 2], (ACC_)a[ao_ + j_ + k_ + 3], (ACC_)a[ao_ + j_ + k_ + 4], (ACC_)a[ao_ + j_ + k_ + 5], (ACC_)a[ao_ + j_ + k_ + 6], (ACC_)a[ao_ + j_ + k_ + 7]);
+                    const ACC8_ y_ = (ACC8_)((ACC_)b[bo_ + j_ + k_ + 0], (ACC_)b[bo_ + j_ + k_ + 1], (ACC_)b[bo_ + j_ + k_ + 2], (ACC_)b[bo_ + j_ + k_ + 3], (ACC_)b[bo_ + j_ + k_ + 4], (ACC_)b[bo_ + j_ + k_ + 5], (ACC_)b[bo_ + j_ + k_ + 6], (ACC_)b[bo_ + j_ + k_ + 7]);
+                    const ACC8_ r_ = ((x_) / (y_));
+                    c[i_ + k_ + 0] = (float)(r_.s0);
+                    c[i_ + k_ + 1] = (float)(r_.s1);
+                    c[i_ + k_ + 2] = (float)(r_.s2);
+                    c[i_ + k_ + 3] = (float)(r_.s3);
+                    c[i_ + k_ + 4] = (float)(r_.s4);
+                    c[i_ + k_ + 5] = (float)(r_.s5);
+                    c[i_ + k_ + 6] = (float)(r_.s6);
+                    c[i_ + k_ + 7] = (float)(r_.s7);
+                }
+                for (; k_ < n_; ++k_) {
+                    const ACC_ x_ = (ACC_)a[ao_ + j_ + k_];
+                    const ACC_ y_ = (ACC_)b[bo_ + j_ + k_];
+                    c[i_ + k_] = (float)(((x_) / (y_)));
+                }
+
+                i_ += n_;
+                j_ = 0;
+                ao_ += a_s2;
+                bo_ += b_s2;
+                if (++i2_ == D2) {
+                    i2_ = 0;
+                    ao_ += a_s1 - D2 * a_s2;
+                    bo_ += b_s1 - D2 * b_s2;
+                    if (++i1_ == D1) {
+                        i1_ = 0;
+                        ao_ += a_s0 - D1 * a_s1;
+                        bo_ += b_s0 - D1 * b_s1;
+                    }
+                }
+            }
+
+        } else if (a_s3) {
+            while (i_ < end_) {
+                const int n_ = (D3 - j_ < end_ - i_) ? D3 - j_ : end_ - i_;
+                const ACC_ b1_ = (ACC_)b[bo_];
+                const ACC8_ b8_ = (ACC8_)(b1_);
+                int k_ = 0;
+                for (; k_ + 8 <= n_; k_ += 8) {
+                    const ACC8_ x_ = (ACC8_)((ACC_)a[ao_ + j_ + k_ + 0], (ACC_)a[ao_ + j_ + k_ + 1], (ACC_)a[ao_ + j_ + k_ + 2], (ACC_)a[ao_ + j_ + k_ + 3], (ACC_)a[ao_ + j_ + k_ + 4], (ACC_)a[ao_ + j_ + k_ + 5], (ACC_)a[ao_ + j_ + k_ + 6], (ACC_)a[ao_ + j_ + k_ + 7]);
+                    const ACC8_ y_ = b8_;
+                    const ACC8_ r_ = ((x_) / (y_));
+                    c[i_ + k_ + 0] = (float)(r_.s0);
+                    c[i_ + k_ + 1] = (float)(r_.s1);
+                    c[i_ + k_ + 2] = (float)(r_.s2);
+                    c[i_ + k_ + 3] = (float)(r_.s3);
+                    c[i_ + k_ + 4] = (float)(r_.s4);
+                    c[i_ + k_ + 5] = (float)(r_.s5);
+                    c[i_ + k_ + 6] = (float)(r_.s6);
+                    c[i_ + k_ + 7] = (float)(r_.s7);
+                }
+                for (; k_ < n_; ++k_) {
+                    const ACC_ x_ = (ACC_)a[ao_ + j_ + k_];
+                    const ACC_ y_ = b1_;
+                    c[i_ + k_] = (float)(((x_) / (y_)));
+                }
+
+                i_ += n_;
+                j_ = 0;
+                ao_ += a_s2;
+                bo_ += b_s2;
+                if (++i2_ == D2) {
+                    i2_ = 0;
+                    ao_ += a_s1 - D2 * a_s2;
+                    bo_ += b_s1 - D2 * b_s2;
+                    if (++i1_ == D1) {
+                        i1_ = 0;
+                        ao_ += a_s0 - D1 * a_s1;
+                        bo_ += b_s0 - D1 * b_s1;
+                    }
+                }
+            }
+
+        } else if (b_s3) {
+            while (i_ < end_) {
+                const int n_ = (D3 - j_ < end_ - i_) ? D3 - j_ : end_ - i_;
+                const ACC_ a1_ = (ACC_)a[ao_];
+                const ACC8_ a8_ = (ACC8_)(a1_);
+                int k_ = 0;
+                for (; k_ + 8 <= n_; k_ += 8) {
+                    const ACC8_ x_ = a8_;
+                    const ACC8_ y_ = (ACC8_)((ACC_)b[bo_ + j_ + k_ + 0], (ACC_)b[bo_ + j_ + k_ + 1], (ACC_)b[bo_ + j_ + k_ + 2], (ACC_)b[bo_ + j_ + k_ + 3], (ACC_)b[bo_ + j_ + k_ + 4], (ACC_)b[bo_ + j_ + k_ + 5], (ACC_)b[bo_ + j_ + k_ + 6], (ACC_)b[bo_ + j_ + k_ + 7]);
+                    const ACC8_ r_ = ((x_) / (y_));
+                    c[i_ + k_ + 0] = (float)(r_.s0);
+                    c[i_ + k_ + 1] = (float)(r_.s1);
+                    c[i_ + k_ + 2] = (float)(r_.s2);
+                    c[i_ + k_ + 3] = (float)(r_.s3);
+                    c[i_ + k_ + 4] = (float)(r_.s4);
+                    c[i_ + k_ + 5] = (float)(r_.s5);
+                    c[i_ + k_ + 6] = (float)(r_.s6);
+                    c[i_ + k_ + 7] = (float)(r_.s7);
+                }
+                for (; k_ < n_; ++k_) {
+                    const ACC_ x_ = a1_;
+                    const ACC_ y_ = (ACC_)b[bo_ + j_ + k_];
+                    c[i_ + k_] = (float)(((x_) / (y_)));
+                }
+
+                i_ += n_;
+                j_ = 0;
+                ao_ += a_s2;
+                bo_ += b_s2;
+                if (++i2_ == D2) {
+                    i2_ = 0;
+                    ao_ += a_s1 - D2 * a_s2;
+                    bo_ += b_s1 - D2 * b_s2;
+                    if (++i1_ == D1) {
+                        i1_ = 0;
+                        ao_ += a_s0 - D1 * a_s1;
+                        bo_ += b_s0 - D1 * b_s1;
+                    }
+                }
+            }
+
+        } else {
+            while (i_ < end_) {
+                const int n_ = (D3 - j_ < end_ - i_) ? D3 - j_ : end_ - i_;
+                const ACC_ a1_ = (ACC_)a[ao_];
+                const ACC8_ a8_ = (ACC8_)(a1_);
+                const ACC_ b1_ = (ACC_)b[bo_];
+                const ACC8_ b8_ = (ACC8_)(b1_);
+                int k_ = 0;
+                for (; k_ + 8 <= n_; k_ += 8) {
+                    const ACC8_ x_ = a8_;
+                    const ACC8_ y_ = b8_;
+                    const ACC8_ r_ = ((x_) / (y_));
+                    c[i_ + k_ + 0] = (float)(r_.s0);
+                    c[i_ + k_ + 1] = (float)(r_.s1);
+                    c[i_ + k_ + 2] = (float)(r_.s2);
+                    c[i_ + k_ + 3] = (float)(r_.s3);
+                    c[i_ + k_ + 4] = (float)(r_.s4);
+                    c[i_ + k_ + 5] = (float)(r_.s5);
+                    c[i_ + k_ + 6] = (float)(r_.s6);
+                    c[i_ + k_ + 7] = (float)(r_.s7);
+                }
+                for (; k_ < n_; ++k_) {
+                    const ACC_ x_ = a1_;
+                    const ACC_ y_ = b1_;
+                    c[i_ + k_] = (float)(((x_) / (y_)));
+                }
+
+                i_ += n_;
+                j_ = 0;
+                ao_ += a_s2;
+                bo_ += b_s2;
+                if (++i2_ == D2) {
+                    i2_ = 0;
+                    ao_ += a_s1 - D2 * a_s2;
+                    bo_ += b_s1 - D2 * b_s2;
+                    if (++i1_ == D1) {
+                        i1_ = 0;
+                        ao_ += a_s0 - D1 * a_s1;
+                        bo_ += b_s0 - D1 * b_s1;
+                    }
+                }
+            }
+
+        }
     }
 }

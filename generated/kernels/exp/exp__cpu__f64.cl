@@ -17,11 +17,11 @@ __kernel void exp__cpu__f64(
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
     for (; i_ + 8 <= end_; i_ += 8) {
-        const ACC8_ x_ = *(__global const ACC8_*)(x + (i_));
-        *(__global ACC8_*)(y + (i_)) = exp(x_);
+        const ACC8_ v_ = *(__global const ACC8_*)(x + (i_));
+        *(__global ACC8_*)(y + (i_)) = exp(v_);
     }
     for (; i_ < end_; ++i_) {
-        const ACC_ x_ = (ACC_)x[i_];
-        y[i_] = (double)(exp(x_));
+        const ACC_ v_ = (ACC_)x[i_];
+        y[i_] = (double)(exp(v_));
     }
 }

@@ -10,18 +10,19 @@ __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void gelu__cpu__f64(
     __global const double* restrict x,
     __global double* restrict y,
-    const int N
+    const int N,
+    const int approximate
 )
 {
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
     for (; i_ + 8 <= end_; i_ += 8) {
-        const ACC8_ x_ = *(__global const ACC8_*)(x + (i_));
-        *(__global ACC8_*)(y + (i_)) = ((ACC8_)0.5 * (x_) * ((ACC8_)1 + erf((x_) * (ACC8_)0.70710678118654752440)));
+        const ACC8_ v_ = *(__global const ACC8_*)(x + (i_));
+        *(__global ACC8_*)(y + (i_)) = (approximate ? ((ACC8_)0.5 * (v_) * ((ACC8_)1 + tanh((ACC8_)0.79788456080286535588 * ((v_) + (ACC8_)0.044715 * (v_) * (v_) * (v_))))) : ((ACC8_)0.5 * (v_) * ((ACC8_)1 + erf((v_) * (ACC8_)0.70710678118654752440))));
     }
     for (; i_ < end_; ++i_) {
-        const ACC_ x_ = (ACC_)x[i_];
-        y[i_] = (double)(((ACC_)0.5 * (x_) * ((ACC_)1 + erf((x_) * (ACC_)0.70710678118654752440))));
+        const ACC_ v_ = (ACC_)x[i_];
+        y[i_] = (double)((approximate ? ((ACC_)0.5 * (v_) * ((ACC_)1 + tanh((ACC_)0.79788456080286535588 * ((v_) + (ACC_)0.044715 * (v_) * (v_) * (v_))))) : ((ACC_)0.5 * (v_) * ((ACC_)1 + erf((v_) * (ACC_)0.70710678118654752440)))));
     }
 }

@@ -7,11 +7,12 @@ typedef float8 ACC8_;
 __kernel void gelu__generic__f16(
     __global const half* restrict x,
     __global half* restrict y,
-    const int N
+    const int N,
+    const int approximate
 )
 {
     const int i_ = get_global_id(0);
     if (i_ >= N) return;
-    const ACC_ x_ = vload_half((size_t)(i_), x);
-    vstore_half(((ACC_)0.5 * (x_) * ((ACC_)1 + erf((x_) * (ACC_)0.70710678118654752440))), (size_t)(i_), y);
+    const ACC_ v_ = vload_half((size_t)(i_), x);
+    vstore_half((approximate ? ((ACC_)0.5 * (v_) * ((ACC_)1 + tanh((ACC_)0.79788456080286535588 * ((v_) + (ACC_)0.044715 * (v_) * (v_) * (v_))))) : ((ACC_)0.5 * (v_) * ((ACC_)1 + erf((v_) * (ACC_)0.70710678118654752440)))), (size_t)(i_), y);
 }

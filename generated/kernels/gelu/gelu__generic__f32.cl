@@ -7,11 +7,12 @@ typedef float8 ACC8_;
 __kernel void gelu__generic__f32(
     __global const float* restrict x,
     __global float* restrict y,
-    const int N
+    const int N,
+    const int approximate
 )
 {
     const int i_ = get_global_id(0);
     if (i_ >= N) return;
-    const ACC_ x_ = (ACC_)x[i_];
-    y[i_] = (float)(((ACC_)0.5 * (x_) * ((ACC_)1 + erf((x_) * (ACC_)0.70710678118654752440))));
+    const ACC_ v_ = (ACC_)x[i_];
+    y[i_] = (float)((approximate ? ((ACC_)0.5 * (v_) * ((ACC_)1 + tanh((ACC_)0.79788456080286535588 * ((v_) + (ACC_)0.044715 * (v_) * (v_) * (v_))))) : ((ACC_)0.5 * (v_) * ((ACC_)1 + erf((v_) * (ACC_)0.70710678118654752440)))));
 }

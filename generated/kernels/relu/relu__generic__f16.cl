@@ -12,6 +12,6 @@ __kernel void relu__generic__f16(
 {
     const int i_ = get_global_id(0);
     if (i_ >= N) return;
-    const ACC_ x_ = vload_half((size_t)(i_), x);
-    vstore_half(((x_) > (ACC_)0 ? (x_) : (ACC_)0), (size_t)(i_), y);
+    const ACC_ v_ = vload_half((size_t)(i_), x);
+    vstore_half(((v_) < (ACC_)0 ? (ACC_)0 : (v_)), (size_t)(i_), y);
 }

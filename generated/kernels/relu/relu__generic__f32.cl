@@ -12,6 +12,6 @@ __kernel void relu__generic__f32(
 {
     const int i_ = get_global_id(0);
     if (i_ >= N) return;
-    const ACC_ x_ = (ACC_)x[i_];
-    y[i_] = (float)(((x_) > (ACC_)0 ? (x_) : (ACC_)0));
+    const ACC_ v_ = (ACC_)x[i_];
+    y[i_] = (float)(((v_) < (ACC_)0 ? (ACC_)0 : (v_)));
 }

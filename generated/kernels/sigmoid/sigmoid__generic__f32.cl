@@ -12,6 +12,6 @@ __kernel void sigmoid__generic__f32(
 {
     const int i_ = get_global_id(0);
     if (i_ >= N) return;
-    const ACC_ x_ = (ACC_)x[i_];
-    y[i_] = (float)(((ACC_)1 / ((ACC_)1 + exp(-(x_)))));
+    const ACC_ v_ = (ACC_)x[i_];
+    y[i_] = (float)(((ACC_)1 / ((ACC_)1 + exp(-(v_)))));
 }

@@ -9,12 +9,26 @@ __kernel void sub__generic__f64(
     __global const double* restrict a,
     __global const double* restrict b,
     __global double* restrict c,
-    const int N
+    const int D0,
+    const int D1,
+    const int D2,
+    const int D3,
+    const int a_s0,
+    const int a_s1,
+    const int a_s2,
+    const int a_s3,
+    const int b_s0,
+    const int b_s1,
+    const int b_s2,
+    const int b_s3
 )
 {
-    const int i_ = get_global_id(0);
-    if (i_ >= N) return;
-    const ACC_ x_ = (ACC_)a[i_];
-    const ACC_ y_ = (ACC_)b[i_];
-    c[i_] = (double)(((x_) - (y_)));
+    const int i3_ = get_global_id(0);
+    const int i2_ = get_global_id(1);
+    const int i01_ = get_global_id(2);
+    const int i0_ = i01_ / D1;
+    const int i1_ = i01_ - i0_ * D1;
+    const ACC_ x_ = (ACC_)a[((i0_) * a_s0 + (i1_) * a_s1 + (i2_) * a_s2 + (i3_) * a_s3)];
+    const ACC_ y_ = (ACC_)b[((i0_) * b_s0 + (i1_) * b_s1 + (i2_) * b_s2 + (i3_) * b_s3)];
+    c[(i01_ * D2 + i2_) * D3 + i3_] = (double)(((x_) - (y_)));
 }

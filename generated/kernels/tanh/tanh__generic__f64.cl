@@ -13,6 +13,6 @@ __kernel void tanh__generic__f64(
 {
     const int i_ = get_global_id(0);
     if (i_ >= N) return;
-    const ACC_ x_ = (ACC_)x[i_];
-    y[i_] = (double)(tanh(x_));
+    const ACC_ v_ = (ACC_)x[i_];
+    y[i_] = (double)(tanh(v_));
 }

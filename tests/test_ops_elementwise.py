@@ -1,0 +1,257 @@
+"""The elementwise ops through their eager functions (`call: flat` for unary ops, NumPy
+broadcasting for binary ops), their edge semantics (NaN, integer division), bad calls, and the
+dispatcher's choice on every shipped device profile.
+
+Every instance is also checked against the references over their cases in test_instances.py;
+here the calling conventions, attributes and semantics are the subject."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+from generated import ops
+from generator import references
+from generator import registry as registry_mod
+from generator.dispatch import dispatcher
+from generator.errors import CallError
+from generator.profile import DeviceProfile
+from generator.profile_io import find_profile
+from generator.selection import select
+
+REG = registry_mod.default()
+rng = np.random.default_rng(11)
+
+UNARY = ("relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
+         "neg", "abs")  # fmt: skip
+BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
+INT_OPS = ("relu", "neg", "abs", "add", "sub", "mul", "div", "maximum", "minimum")
+RTOL = {np.float16: 5e-3, np.float32: 2e-5, np.float64: 1e-12}
+
+
+def _input(op: str, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    domain = references.REFERENCES[op].domains.get(name, "normal")
+    return references.make_input(rng, shape, np.dtype(dtype), domain)
+
+
+def _want(op: str, inputs: dict[str, np.ndarray], **attrs: Any) -> np.ndarray:
+    (out,) = references.expected(op, inputs, attrs).values()
+    return out
+
+
+def _check(got: Any, want: np.ndarray, dtype: Any) -> None:
+    assert isinstance(got, np.ndarray)
+    assert got.shape == want.shape and got.dtype == np.dtype(dtype)
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        np.testing.assert_array_equal(got, want)
+    else:
+        tol = RTOL[dtype]
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+# --- unary: any shape, flattened -------------------------------------------------------------
+
+SHAPES = [(), (1,), (9,), (3, 4), (2, 3, 17), (0, 3)]
+
+
+@pytest.mark.parametrize("op", UNARY)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_unary_any_shape(op: str, dtype: Any) -> None:
+    for shape in SHAPES:
+        x = _input(op, "x", shape, dtype)
+        _check(getattr(ops, op)(x), _want(op, {"x": x}), dtype)
+
+
+@pytest.mark.parametrize("op", ["relu", "neg", "abs"])
+def test_unary_i32(op: str) -> None:
+    x = np.arange(-20, 21, dtype=np.int32).reshape(1, 41)
+    _check(getattr(ops, op)(x), _want(op, {"x": x}), np.int32)
+
+
+def test_unary_on_device_arrays_keeps_shape() -> None:
+    q = dispatcher().runtime.queue
+    x = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    y = ops.sigmoid(cla.to_device(q, x))
+    assert isinstance(y, cla.Array) and y.shape == (4, 5, 6)
+    np.testing.assert_allclose(y.get(), 1 / (1 + np.exp(-x)), rtol=1e-5)
+
+
+def test_attributes() -> None:
+    x = np.linspace(-4, 4, 1001, dtype=np.float64).reshape(7, 143)
+    erf_form = _want("gelu", {"x": x}, approximate=0)
+    tanh_form = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    np.testing.assert_allclose(ops.gelu(x), erf_form, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ops.gelu(x, approximate=1), tanh_form, rtol=1e-12, atol=1e-12)
+    assert np.abs(erf_form - tanh_form).max() > 1e-5  # the two forms really differ
+    np.testing.assert_allclose(ops.leaky_relu(x), np.where(x < 0, 0.01 * x, x), rtol=1e-12)
+    np.testing.assert_allclose(
+        ops.leaky_relu(x, alpha=0.25), np.where(x < 0, 0.25 * x, x), rtol=1e-12
+    )
+
+
+def test_relu_keeps_nan() -> None:
+    x = np.array([np.nan, -1.0, 2.0, -np.inf] * 5, np.float32)
+    np.testing.assert_array_equal(ops.relu(x), np.array([np.nan, 0.0, 2.0, 0.0] * 5, np.float32))
+    np.testing.assert_array_equal(ops.leaky_relu(x, alpha=0.5)[:4], [np.nan, -0.5, 2.0, -np.inf])
+
+
+# --- binary: NumPy broadcasting ----------------------------------------------------------------
+
+BROADCASTS = [
+    ((5,), (5,)),
+    ((3, 4), (4,)),  # a row
+    ((3, 1), (1, 4)),  # an outer product
+    ((2, 3, 17), (3, 1)),  # a column, lower rank
+    ((), (5,)),  # a scalar
+    ((2, 1, 3, 1), (1, 4, 1, 5)),
+    ((6, 1, 9), (1,)),
+    ((0, 3), (3,)),  # empty
+    ((1,), (7, 1)),
+]
+
+
+@pytest.mark.parametrize("op", BINARY)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+def test_binary_broadcasts_like_numpy(op: str, dtype: Any) -> None:
+    if np.dtype(dtype) == np.int32 and op not in INT_OPS:
+        pytest.skip(f"{op} has no i32")
+    for sa, sb in BROADCASTS:
+        a, b = _input(op, "a", sa, dtype), _input(op, "b", sb, dtype)
+        got = getattr(ops, op)(a, b)
+        want = _want(op, {"a": a, "b": b})
+        assert got.shape == np.broadcast_shapes(sa, sb)
+        _check(got, want, dtype)
+
+
+def test_binary_on_device_arrays() -> None:
+    q = dispatcher().runtime.queue
+    a = rng.standard_normal((64, 33)).astype(np.float32)
+    b = rng.standard_normal(33).astype(np.float32)
+    c = ops.mul(cla.to_device(q, a), cla.to_device(q, b))
+    assert isinstance(c, cla.Array) and c.shape == (64, 33)
+    np.testing.assert_allclose(c.get(), a * b, rtol=1e-6)
+
+
+# Launch every runnable instance by name on canonical (rank-4) shapes: lengths that exercise
+# both the 8-wide vector loops and their scalar tails.
+def _instances(op: str, dtype: str) -> list[str]:
+    exts = dispatcher().runtime.device.extensions
+    return [
+        i.name
+        for i in REG.instances.values()
+        if i.op == op and i.dtype == dtype and all(e in exts for e in i.requires.extensions)
+    ]
+
+
+def _launch(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return dispatcher().runtime.launch(name, {"a": a, "b": b})["c"]
+
+
+@pytest.mark.parametrize("op", ["maximum", "minimum"])
+@pytest.mark.parametrize("dtype", ["f32", "f64", "f16"])
+def test_maximum_minimum_propagate_nan_like_numpy(op: str, dtype: str) -> None:
+    np_dtype = np.dtype({"f32": "float32", "f64": "float64", "f16": "float16"}[dtype])
+    n = 21
+    a = rng.standard_normal(n).astype(np_dtype)
+    b = rng.standard_normal(n).astype(np_dtype)
+    a[[0, 3, 9, 20]] = np.nan
+    b[[3, 5, 10, 19]] = np.nan
+    b[7] = np.inf
+    want = getattr(np, op)(a, b)
+    shape4 = (1, 1, 1, n)
+    for name in _instances(op, dtype):
+        got = _launch(name, a.reshape(shape4), b.reshape(shape4)).reshape(n)
+        np.testing.assert_array_equal(got, want, err_msg=name)
+        # a single-element b, stretched: NaN there makes every result NaN
+        nan = np.full((1, 1, 1, 1), np.nan, np_dtype)
+        assert np.isnan(_launch(name, a.reshape(shape4), nan)).all(), name
+    np.testing.assert_array_equal(getattr(ops, op)(a, b), want)
+
+
+def test_integer_division_truncates_toward_zero() -> None:
+    a = np.array([-7, 7, -7, 7, -1, 1, 0, -9, 9, 100, -100, 5, -5, 6, -6, 1], np.int32)
+    b = np.array([2, 2, -2, -2, 3, -3, 5, 4, -4, 7, 7, -1, 1, 6, 6, -1], np.int32)
+    want = np.trunc(a / b).astype(np.int32)
+    assert want[0] == -3 and np.floor_divide(a, b)[0] == -4  # not floor
+    np.testing.assert_array_equal(references.elementwise.div_trunc(a, b), want)
+    np.testing.assert_array_equal(ops.div(a, b), want)
+    for name in _instances("div", "i32"):
+        got = _launch(name, a.reshape(1, 1, 1, -1), b.reshape(1, 1, 1, -1))
+        np.testing.assert_array_equal(got.reshape(-1), want, err_msg=name)
+    np.testing.assert_array_equal(ops.div(a, np.int32(-2)), np.trunc(a / -2).astype(np.int32))
+
+
+# --- bad calls -------------------------------------------------------------------------------
+
+F32 = np.float32
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: ops.add(np.ones((3, 4), F32), np.ones((3,), F32)),
+            "add: shapes (3, 4) and (3,) do not broadcast",
+        ),
+        (
+            lambda: ops.mul(np.ones((1, 2, 1, 1, 3), F32), np.ones(3, F32)),
+            "mul: input 'a' has rank 5; at most 4",
+        ),
+        (
+            lambda: ops.sub(np.ones(3, F32), np.ones(3, np.float64)),
+            "sub: inputs have different dtypes (f32 and f64 for 'b'); cast one of them",
+        ),
+        (
+            lambda: ops.pow(np.ones(3, np.int32), np.ones(3, np.int32)),
+            "pow: dtype i32 is not supported (supported: f32, f64, f16)",
+        ),
+        (
+            lambda: ops.sqrt(np.ones(3, np.int32)),
+            "sqrt: dtype i32 is not supported (supported: f32, f64, f16)",
+        ),
+        (
+            lambda: ops.gelu(np.ones(3, F32), approximate=2),
+            "gelu: approximate must be 0 (the erf form) or 1 (the tanh form) "
+            "(approximate == 0 or approximate == 1 is false for approximate=2)",
+        ),
+        (
+            lambda: ops.maximum([1.0], np.ones(1, F32)),
+            "maximum: input 'a' is a list, not an array (pass a NumPy or pyopencl array)",
+        ),
+    ],
+)
+def test_bad_calls(call: Callable[[], Any], message: str) -> None:
+    with pytest.raises(CallError) as err:
+        call()
+    assert str(err.value) == message
+
+
+# --- the dispatcher's choice per device profile -----------------------------------------------
+
+UNKNOWN = DeviceProfile("Mystery Accelerator", "unknown", "accelerator", None, (), 0, "global", 64)
+PROFILES = {
+    name: find_profile(name) for name in ("nvidia-h100", "amd-mi250x", "intel-max-1100", "pocl-cpu")
+}
+PROFILES["unknown"] = UNKNOWN
+# variant chosen per profile, for f32/f64/i32 and for f16 (native half needs cl_khr_fp16, which
+# the H100 profile and PoCL lack; the cpu and gpu variants have no f16)
+WIDE = {"nvidia-h100": "gpu", "amd-mi250x": "gpu", "intel-max-1100": "gpu", "pocl-cpu": "cpu"}
+HALF = {"amd-mi250x": "half", "intel-max-1100": "half"}
+
+
+@pytest.mark.parametrize("op", UNARY + BINARY)
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_dispatcher_choice_per_profile(op: str, profile: str) -> None:
+    p = PROFILES[profile]
+    dtypes = ["f32", "f64", "f16"] + (["i32"] if op in INT_OPS else [])
+    for dtype in dtypes:
+        if dtype == "f64" and not p.has("cl_khr_fp64"):
+            continue
+        sel = select(REG, p, op, dtype, {}, {})
+        want = HALF.get(profile, "generic") if dtype == "f16" else WIDE.get(profile, "generic")
+        assert sel.chosen is not None, (op, dtype, profile)
+        assert sel.chosen.instance == f"{op}__{want}__{dtype}", (op, dtype, profile)
