@@ -12,6 +12,7 @@ variant's guard on each call: a call that breaks it is re-dispatched, or rejecte
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -255,6 +256,7 @@ class Dispatcher:
                 )
         dtype, layouts = _call_types(op, inputs)
         b = bind(op, inputs, attrs)
+        layouts = self._best_host_layouts(op, inputs, dtype, layouts, b.env)
         inst = self.choose(op.name, dtype, layouts, b.env)
         for t in op.inputs:  # device arrays: refused now (bad strides, offset) or trusted later
             if isinstance(inputs[t.name], cla.Array):
@@ -262,6 +264,37 @@ class Dispatcher:
                     op, inst.dtype, t.name, inputs[t.name], inst.layout_of(t.name)
                 )
         return self.runtime.plan(inst, b.dims, b.attrs, b.shapes)
+
+    def _best_host_layouts(
+        self,
+        op: OpSig,
+        inputs: Mapping[str, Any],
+        dtype: str,
+        layouts: dict[str, str],
+        env: Mapping[str, int],
+    ) -> dict[str, str]:
+        """NumPy inputs are copied to the device anyway, so they may as well be copied into the
+        layout whose best instance ranks highest (a Fortran-ordered B for matmul is copied
+        row-major when only the row-major B has a cpu variant). Ties keep the layouts the
+        arrays have: no reordering copy without a better kernel."""
+        free = [
+            t for t in op.inputs if len(t.layouts) > 1 and not isinstance(inputs[t.name], cla.Array)
+        ]
+        if not free:
+            return layouts
+        best, best_rank = layouts, self._rank(op, dtype, layouts, env)
+        for combo in itertools.product(*(t.layouts for t in free)):
+            trial = {**layouts, **{t.name: lay for t, lay in zip(free, combo, strict=True)}}
+            rank = self._rank(op, dtype, trial, env)
+            if rank > best_rank:
+                best, best_rank = trial, rank
+        return best
+
+    def _rank(
+        self, op: OpSig, dtype: str, layouts: Mapping[str, str], env: Mapping[str, int]
+    ) -> tuple[int, int]:
+        chosen = self.select(op.name, dtype, layouts, env).chosen
+        return chosen.rank if chosen else (-1, 0)
 
     def cache_info(self) -> dict[str, int]:
         return {

@@ -308,3 +308,17 @@ def test_build_failure_falls_back_to_the_next_candidate(broken_tree: Layout) -> 
         warnings.simplefilter("error")
         with pytest.raises(BuildError, match="building relu__cpu__f32 failed"):
             strict.call("relu", {"x": x})
+
+
+def test_numpy_inputs_are_copied_into_the_layout_with_the_best_kernel() -> None:
+    a = rng.standard_normal((30, 20)).astype(np.float32)
+    b = np.asfortranarray(rng.standard_normal((20, 10)).astype(np.float32))
+    d = _pocl_dispatcher()
+    host = d.plan_for(d.registry.op("matmul"), {"a": a[None], "b": b[None]}, {})
+    assert host.inst.variant == "cpu_blocked"  # b copied row-major: the cpu kernel takes it
+    q = d.runtime.queue
+    on_device = d.plan_for(d.registry.op("matmul"), {"a": cla.to_device(q, a[None]),
+                                                     "b": cla.to_device(q, b[None])}, {})
+    assert on_device.inst.layout_of("b") == "col"  # a device array is never copied
+    np.testing.assert_allclose(d.call("matmul", {"a": a[None], "b": b[None]})["c"][0], a @ b,
+                               rtol=1e-4, atol=1e-4)
