@@ -282,12 +282,13 @@ class Dispatcher:
         ]
         if not free:
             return layouts
-        best, best_rank = layouts, self._rank(op, dtype, layouts, env)
+        best, best_key = layouts, (self._rank(op, dtype, layouts, env), 0)
         for combo in itertools.product(*(t.layouts for t in free)):
             trial = {**layouts, **{t.name: lay for t, lay in zip(free, combo, strict=True)}}
-            rank = self._rank(op, dtype, trial, env)
-            if rank > best_rank:
-                best, best_rank = trial, rank
+            copies = sum(trial[t.name] != layouts[t.name] for t in free)
+            key = (self._rank(op, dtype, trial, env), -copies)  # then the fewest reorderings
+            if key > best_key:
+                best, best_key = trial, key
         return best
 
     def _rank(
