@@ -47,6 +47,7 @@ test: $(OPENCL)
 	$(BIN)/clforge lint
 	$(BIN)/clforge schema --check
 	$(BIN)/ruff check generator tests
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -13,6 +13,7 @@ ratios taken in the same run mean much.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -21,13 +22,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyopencl.array as cla
 
 from . import references as reference
-from .dispatch import dispatcher
+from .dispatch import bind, dispatcher
 from .dtypes import DTYPES
 
 
@@ -50,7 +52,7 @@ def median_time(
 # --- per-call overhead ---------------------------------------------------------------------
 
 
-def bench_overhead(repeats: int = 9, inner: int = 2000) -> dict[str, float]:
+def bench_overhead(repeats: int = 9, inner: int = 2000) -> dict[str, Any]:
     from generated import ops
 
     d = dispatcher()
@@ -70,7 +72,7 @@ def bench_overhead(repeats: int = 9, inner: int = 2000) -> dict[str, float]:
 
     def raw() -> None:  # the least any caller does: allocate the output (same pool), launch
         c = cla.empty(q, (n,), np.float32, allocator=pool)
-        kernel(q, gs, ls, a.data, b.data, c.data, *scalars)
+        kernel(q, gs, ls, a.base_data, b.base_data, c.base_data, *scalars)  # type: ignore[arg-type]
 
     def eager() -> None:
         ops.add(a, b)
@@ -83,7 +85,7 @@ def bench_overhead(repeats: int = 9, inner: int = 2000) -> dict[str, float]:
     return {
         "instance": plan.inst.name,
         "raw_us": r * 1e6,
-        "eager_us": e * 1e6,  # type: ignore[dict-item]
+        "eager_us": e * 1e6,
         "ratio": e / r,
     }
 
@@ -98,13 +100,14 @@ class Case:
     work: Callable[[dict[str, int]], float]  # bytes or flops of one call
     unit: str  # GB/s or GFLOP/s
     numpy: bool = True  # False where NumPy has no equivalent (gelu needs erf)
+    attrs: dict[str, float | int] = field(default_factory=dict)
 
 
 def _bytes(n_arrays: int) -> Callable[[dict[str, int]], float]:
     return lambda s: n_arrays * 4.0 * float(np.prod(list(s.values())))
 
 
-CASES = (
+CASES: tuple[Case, ...] = (
     Case("add", {"D0": 1, "D1": 1, "D2": 1, "D3": 16 * 2**20}, _bytes(3), "GB/s"),
     Case("relu", {"N": 16 * 2**20}, _bytes(2), "GB/s"),
     Case("gelu", {"N": 4 * 2**20}, _bytes(2), "GB/s", numpy=False),
@@ -142,8 +145,19 @@ CASES = (
     Case("log_softmax", {"B": 4096, "R": 1024, "I": 1}, _bytes(2), "GB/s"),
     Case("layer_norm", {"B": 4096, "R": 1024}, _bytes(2), "GB/s"),
     Case("rms_norm", {"B": 4096, "R": 1024}, _bytes(2), "GB/s"),
-    Case("gemm", {"M": 1024, "N": 1024, "K": 1024}, lambda s: 2.0 * s["M"] * s["N"] * s["K"],
-         "GFLOP/s"),
+    Case(
+        "permute",
+        {"D0": 1, "D1": 1, "D2": 4096, "D3": 4096},
+        _bytes(2),
+        "GB/s",
+        attrs={"p0": 0, "p1": 1, "p2": 3, "p3": 2},
+    ),
+    Case(
+        "gemm",
+        {"M": 1024, "N": 1024, "K": 1024},
+        lambda s: 2.0 * s["M"] * s["N"] * s["K"],
+        "GFLOP/s",
+    ),
     Case("mul", {"D0": 1, "D1": 1, "D2": 4096, "D3": 4096}, _bytes(3), "GB/s"),
     Case("maximum", {"D0": 1, "D1": 1, "D2": 1, "D3": 16 * 2**20}, _bytes(3), "GB/s"),
     Case("exp", {"N": 16 * 2**20}, _bytes(2), "GB/s"),
@@ -161,19 +175,22 @@ def _inputs(op_name: str, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.nd
 
 
 _NUMPY_SCRIPT = """
+import functools
 import json, sys
 from generator.bench import numpy_times
 print(json.dumps(numpy_times(json.loads(sys.argv[1]), int(sys.argv[2]))))
 """
 
 
-def numpy_times(cases: list[tuple[str, dict[str, list[int]]]], repeats: int) -> list[float]:
+def numpy_times(
+    cases: list[tuple[str, dict[str, list[int]], dict[str, float | int]]], repeats: int
+) -> list[float]:
     """Median seconds of each case's NumPy reference on f32 data (run in its own process)."""
     out = []
-    for op_name, shapes in cases:
+    for op_name, shapes, attrs in cases:
         x = _inputs(op_name, {k: tuple(v) for k, v in shapes.items()})
         fn = reference.REFERENCES[op_name].fn
-        out.append(median_time(lambda f=fn, x=x: f(x, {}), lambda: None, repeats, 1))
+        out.append(median_time(functools.partial(fn, x, attrs), lambda: None, repeats, 1))
     return out
 
 
@@ -187,7 +204,7 @@ def bench_throughput(repeats: int = 5) -> list[dict[str, object]]:
     for case in CASES:
         op = reg.op(case.op)
         shapes.append((case.op, {t.name: [case.sizes[x] for x in t.shape] for t in op.inputs}))
-    np_cases = [sh for case, sh in zip(CASES, shapes, strict=True) if case.numpy]
+    np_cases = [(*sh, case.attrs) for case, sh in zip(CASES, shapes, strict=True) if case.numpy]
     proc = subprocess.run(
         [sys.executable, "-c", _NUMPY_SCRIPT, json.dumps(np_cases), str(repeats)],
         check=True,
@@ -200,23 +217,16 @@ def bench_throughput(repeats: int = 5) -> list[dict[str, object]]:
         op = reg.op(case.op)
         host = _inputs(case.op, {k: tuple(v) for k, v in sh.items()})
         dev = {k: cla.to_device(q, v) for k, v in host.items()}
-        chosen = d.plan_for(op, dev, {})
+        chosen = d.plan_for(op, dev, case.attrs)
         generic = reg.instance(
             chosen.inst.name.replace(f"__{chosen.inst.variant}__", "__generic__")
         )
-        plans = {
-            "chosen": chosen,
-            "generic": rt.plan(
-                generic,
-                dict(zip(op.dims, (case.sizes[x] for x in op.dims), strict=True)),
-                {},
-                {k: tuple(v) for k, v in sh.items()},
-            ),
-        }
+        b = bind(op, dev, case.attrs)
+        plans = {"chosen": chosen, "generic": rt.plan(generic, b.dims, b.attrs, b.shapes)}
         inner = 1 if case.work(case.sizes) > 1e9 else 3
         t_np = next(np_times) if case.numpy else float("nan")
         times = {
-            k: median_time(lambda p=p, x=dev: rt.run(p, x), q.finish, repeats, inner)
+            k: median_time(functools.partial(rt.run, p, dev), q.finish, repeats, inner)
             for k, p in plans.items()
         }
         work = case.work(case.sizes) / 1e9

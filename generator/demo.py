@@ -46,7 +46,7 @@ def _check(dtype: str, got: np.ndarray, want: np.ndarray) -> tuple[bool, float]:
 
 
 def _registry_rows(d: Dispatcher, rng: np.random.Generator) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for op_name in sorted(d.registry.ops):
         if op_name not in references.REFERENCES:
             continue
@@ -115,7 +115,7 @@ def _eager_rows(d: Dispatcher, rng: np.random.Generator) -> list[tuple[str, ...]
     if call_of("add") == "broadcast":
         row = f32(1001)
         calls.append(("ops.add(x, row)", "add", (x, row), {}, lambda: x + row))
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for shown, name, args, options, want in calls:
         chosen = eager_plan(name, args, {}, options).inst.name
         t0 = time.perf_counter()

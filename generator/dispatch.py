@@ -595,7 +595,9 @@ class Recipe:
             if name in outs:
                 args[i] = outs[name].base_data if outs[name].size else rt.dummy
         kernel = plan.kernel
-        kernel.set_args(*args)  # type: ignore[union-attr]
+        if kernel is None:  # learn() keeps no recipe for an empty NDRange
+            return _unpack(self.op, outs)
+        kernel.set_args(*args)
         cl.enqueue_nd_range_kernel(
             rt.queue, kernel, plan.geometry.global_size, plan.geometry.local_size
         )

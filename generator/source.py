@@ -178,8 +178,8 @@ def load_yaml(text: str, path: str) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = Location(path, mark.line + 1, mark.column + 1) if mark else Location(path)
-        problem = exc.problem or exc.context or "invalid YAML"
-        raise YamlProblem(Diagnostic(loc, "yaml-syntax", f"YAML syntax error: {problem}")) from None
+        what = exc.problem or exc.context or "invalid YAML"
+        raise YamlProblem(Diagnostic(loc, "yaml-syntax", f"YAML syntax error: {what}")) from None
     except yaml.YAMLError as exc:  # e.g. a character YAML forbids: PyYAML gives no mark
         m = Reader.NON_PRINTABLE.search(text)
         if m:

@@ -12,8 +12,11 @@ from ..contract import OpSig
 from ..errors import CallError
 from .base import Canonical, Convention, PyParam, array_of, reshape
 
-_PAIRS = (("stride", "stride_h", "stride_w"), ("padding", "pad_h", "pad_w"))
-_PAIRS += (("dilation", "dil_h", "dil_w"),)
+_PAIRS: tuple[tuple[str, str, str], ...] = (
+    ("stride", "stride_h", "stride_w"),
+    ("padding", "pad_h", "pad_w"),
+    ("dilation", "dil_h", "dil_w"),
+)
 _CONV_DIMS = (("N", "C", "H", "W"), ("K", "CG", "R", "S"))
 
 

@@ -36,13 +36,13 @@ def make_input(
     rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype, domain: str = "normal"
 ) -> np.ndarray:
     if np.issubdtype(dtype, np.integer):
-        v = rng.integers(-50, 50, size=shape)
+        ints = rng.integers(-50, 50, size=shape)
         if domain in ("nonzero",):
-            v[v == 0] = 1
+            ints[ints == 0] = 1
         if domain in ("positive", "index"):
-            v = np.abs(v)
-        return v.astype(dtype)
-    v = rng.standard_normal(shape)
+            ints = np.abs(ints)
+        return ints.astype(dtype)
+    v: np.ndarray = rng.standard_normal(shape)
     if domain == "nonzero":
         v = np.sign(v) * (0.5 + np.abs(v) % 1.5)
         v[v == 0] = 1
