@@ -190,6 +190,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo()
 
 
+def _device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto (the default OpenCL device), a shipped profile name, or a YAML file",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clforge", description=__doc__)
     parser.add_argument("--root", help="the clforge tree (default: this repository)")
@@ -241,11 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     dv.set_defaults(func=cmd_devices)
 
     pr = sub.add_parser("profile", help="print a device profile as YAML, or list shipped ones")
-    pr.add_argument(
-        "--device",
-        default="auto",
-        help="auto (the default OpenCL device), a shipped profile name, or a YAML file",
-    )
+    _device_option(pr)
     pr.add_argument("--list", action="store_true", help="list the shipped profiles")
     pr.set_defaults(func=cmd_profile)
 
@@ -254,11 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--dtype", help="the call's dtype (default: the op's first)")
     ex.add_argument("--layout", help="tensor layouts, e.g. a=row,b=col (default: row)")
     ex.add_argument("--dims", help="sizes, e.g. M=1000,N=512,K=64 (unset dims stay symbolic)")
-    ex.add_argument(
-        "--device",
-        default="auto",
-        help="auto (the default OpenCL device), a shipped profile name, or a YAML file",
-    )
+    _device_option(ex)
     ex.add_argument("--json", action="store_true", help="machine-readable output")
     ex.set_defaults(func=cmd_explain)
 
