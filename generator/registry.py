@@ -81,7 +81,15 @@ def load(layout: Layout = DEFAULT) -> Registry:
             raise GenerationError(f"no registry at {path}; run `clforge generate`")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    return Registry(dict(module.OPS), dict(module.INSTANCES), layout.generated)
+    reg = Registry(dict(module.OPS), dict(module.INSTANCES), layout.generated)
+    for inst in reg.instances.values():  # every guard and launch size parsed once, up front
+        try:
+            reg.exprs(inst)
+        except guards.GuardError as exc:
+            raise GenerationError(
+                f"{inst.name}: {exc}; regenerate with `clforge generate`"
+            ) from None
+    return reg
 
 
 @cache
