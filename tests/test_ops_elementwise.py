@@ -114,11 +114,16 @@ BROADCASTS = [
 ]
 
 
-@pytest.mark.parametrize("op", BINARY)
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize(
+    ("op", "dtype"),
+    [
+        (o, d)
+        for o in BINARY
+        for d in (np.float32, np.float64, np.float16, np.int32)
+        if d is not np.int32 or o in INT_OPS
+    ],  # pow has no i32
+)
 def test_binary_broadcasts_like_numpy(op: str, dtype: Any) -> None:
-    if np.dtype(dtype) == np.int32 and op not in INT_OPS:
-        pytest.skip(f"{op} has no i32")
     for sa, sb in BROADCASTS:
         a, b = _input(op, "a", sa, dtype), _input(op, "b", sb, dtype)
         got = getattr(ops, op)(a, b)

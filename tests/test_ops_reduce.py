@@ -59,11 +59,16 @@ def test_reductions_over_any_axis(name: str, shape: tuple, axis: int, keepdims: 
     _check(got, _np_reduce(name, x, axis, keepdims), np.float32)
 
 
-@pytest.mark.parametrize("name", REDUCTIONS)
-@pytest.mark.parametrize("dtype", [np.float64, np.float16, np.int32])
+@pytest.mark.parametrize(
+    ("name", "dtype"),
+    [
+        (n, d)
+        for n in REDUCTIONS
+        for d in (np.float64, np.float16, np.int32)
+        if not (n == "mean" and d is np.int32)
+    ],  # mean has no i32 instance
+)
 def test_reduction_dtypes(name: str, dtype: type) -> None:
-    if name == "mean" and dtype is np.int32:
-        pytest.skip("mean has no i32 instance")
     x = (rng.standard_normal((6, 23, 9)) * 20).astype(dtype)
     for axis in (0, 1, 2):
         got = getattr(ops, name)(x, axis=axis)
