@@ -17,8 +17,9 @@ import numpy as np
 
 from . import references
 from .binding import bind_dims, resolve_attrs
-from .dispatch import Dispatcher, dispatcher, eager_plan
+from .dispatch import Dispatcher, dispatcher
 from .dtypes import DTYPES
+from .eager import eager_plan
 from .selection import describe
 
 

@@ -1,4 +1,4 @@
-"""The dispatcher: the part users call. Arrays in, the right kernel chosen and run, arrays out.
+"""The dispatcher: arrays in, the right kernel chosen and run, arrays out.
 
 Eager calls (`Dispatcher.call`, and the generated `generated.ops` functions on top of it) infer
 dtype, layouts and sizes from the arrays, select (see :mod:`generator.selection`), build (falling
@@ -13,42 +13,33 @@ variant's guard on each call: a call that breaks it is re-dispatched, or rejecte
 from __future__ import annotations
 
 import itertools
-import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
 from .binding import array_dtype, bind_dims, check_names, int_attrs, resolve_attrs
 from .contract import Instance, OpSig
-from .conventions import CONVENTIONS
-from .dtypes import DTYPES
-from .errors import BuildError, CallError, ClforgeError, DispatchError
+from .errors import BuildError, CallError, DispatchError
 from .layouts import array_layout
 from .profile import DeviceProfile
 from .registry import Registry
-from .runtime import LaunchPlan, Runtime, guard_holds, to_host
+from .runtime import LaunchPlan, Runtime, to_host
 from .selection import Selection, chosen_or_raise, select
+
+if TYPE_CHECKING:
+    from .compiled import CompiledOp, TensorType
+    from .eager import Recipe
 
 
 class ClforgeWarning(UserWarning):
     """A fallback was taken (e.g. the chosen kernel failed to build on this device)."""
 
 
-@dataclass(frozen=True)
-class TensorType:
-    """An input's compile-time type: dtype, shape (ints or symbolic dim names), layout."""
-
-    dtype: str
-    shape: tuple[int | str, ...]
-    layout: str = "row"
-
-
-def _call_types(
+def call_types(
     op: OpSig, inputs: Mapping[str, Any], partial: bool = False
 ) -> tuple[str, dict[str, str]]:
     """The call's instance dtype and the layouts of its inputs, from the arrays (with partial,
@@ -254,7 +245,7 @@ class Dispatcher:
                     f"{op.name}: input {name!r} is a {type(arr).__name__}, not an "
                     "array (pass a NumPy or pyopencl array)"
                 )
-        dtype, layouts = _call_types(op, inputs)
+        dtype, layouts = call_types(op, inputs)
         b = bind(op, inputs, attrs)
         layouts = self._best_host_layouts(op, inputs, dtype, layouts, b.env)
         inst = self.choose(op.name, dtype, layouts, b.env)
@@ -311,6 +302,8 @@ class Dispatcher:
         self, op: str, inputs: Mapping[str, TensorType], *, strict: bool = False
     ) -> CompiledOp:
         """Specialize `op` once for these input types (shapes may use symbolic dims)."""
+        from .compiled import CompiledOp
+
         sig = self.registry.op(op)
         check_names(sig, inputs, sig.inputs, "input")
         dtypes = {t.name: inputs[t.name].dtype for t in sig.inputs if t.dtype is None}
@@ -339,73 +332,6 @@ class Dispatcher:
         return CompiledOp(self, sig, dtype, layouts, inst, sel, strict)
 
 
-@dataclass
-class CompiledOp:
-    """A callable specialized once; each call checks the specialization's runtime guard."""
-
-    dispatcher: Dispatcher
-    op: OpSig
-    dtype: str
-    layouts: dict[str, str]
-    instance: Instance
-    selection: Selection
-    strict: bool
-    # (op, dtype, layouts, device, guard held) -> instance name: inspectable
-    cache: dict[tuple, str] = field(default_factory=dict)
-    redispatches: int = 0
-    _plans: dict[tuple, LaunchPlan] = field(default_factory=dict, repr=False)
-
-    def __call__(self, *args: Any, **attrs: float | int) -> Any:
-        names = [t.name for t in self.op.inputs]
-        if len(args) != len(names):
-            raise CallError(
-                f"{self.op.name}: takes {len(names)} inputs ({', '.join(names)}), got {len(args)}"
-            )
-        inputs = dict(zip(names, args, strict=True))
-        dtype, layouts = _call_types(self.op, inputs)
-        if dtype != self.dtype:
-            raise CallError(f"{self.op.name}: compiled for {self.dtype}, called with {dtype}")
-        for t in self.op.inputs:
-            if isinstance(inputs[t.name], cla.Array) and layouts[t.name] != self.layouts[t.name]:
-                raise CallError(
-                    f"{self.op.name}: compiled for {t.name} "
-                    f"{self.layouts[t.name]}-major, called with "
-                    f"{layouts[t.name]}-major"
-                )
-        b = bind(self.op, inputs, attrs)
-        d = self.dispatcher
-        inst = self.instance
-        holds = guard_holds(d.registry, inst, b.env)
-        if not holds:
-            if self.strict:
-                shown = ", ".join(f"{k}={v}" for k, v in b.env.items())
-                raise CallError(
-                    f"{self.op.name}: compiled for {inst.name}, whose guard "
-                    f"{inst.guard!r} does not hold for {shown} (strict mode)"
-                )
-            self.redispatches += 1
-            inst = d.choose(self.op.name, self.dtype, self.layouts, b.env)
-        spec_key = (
-            self.op.name,
-            self.dtype,
-            tuple(sorted(self.layouts.items())),
-            d.profile.name,
-            holds,
-        )
-        self.cache.setdefault(spec_key, inst.name)
-        plan_key = (inst.name, tuple(sorted(b.shapes.items())), tuple(sorted(attrs.items())))
-        plan = self._plans.get(plan_key)
-        if plan is None:
-            plan = d.runtime.plan(inst, b.dims, b.attrs, b.shapes)
-            self._plans[plan_key] = plan
-        return _unpack(self.op, d.execute(self.op, plan, inputs))
-
-
-def _unpack(op: OpSig, outs: Mapping[str, Any]) -> Any:
-    vals = tuple(outs[t.name] for t in op.outputs)
-    return vals[0] if len(vals) == 1 else vals
-
-
 # --- the default dispatcher, per queue ------------------------------------------------------
 
 _DISPATCHERS: dict[int, Dispatcher] = {}
@@ -419,199 +345,3 @@ def dispatcher(queue: cl.CommandQueue | None = None) -> Dispatcher:
         d = Dispatcher.for_runtime(Runtime(queue))
         _DISPATCHERS[key] = d
     return d
-
-
-def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
-    """`inputs` with every omitted optional input made, filled with its `fill` value."""
-    missing = [t for t in op.inputs if t.name not in inputs]
-    if not missing:
-        return inputs
-    required = [t.name for t in missing if not t.optional]
-    if required:
-        raise CallError(f"{op.name}: missing input {', '.join(required)}")
-    present = {t.name: inputs[t.name] for t in op.inputs if t.name in inputs}
-    dtype, _ = _call_types(op, present, partial=True)
-    dims = bind_dims(op, {k: tuple(a.shape) for k, a in present.items()})
-    on_device = any(isinstance(a, cla.Array) for a in present.values())
-    out = dict(inputs)
-    for t in missing:
-        # a broadcast input needs one element, stretched; others the full shape
-        shape = (1,) * len(t.shape) if t.broadcast else tuple(dims[x] for x in t.shape)
-        np_dtype = DTYPES[t.dtype or dtype].np_dtype
-        host = np.full(shape, t.fill if t.fill is not None else 0, np_dtype)
-        out[t.name] = cla.to_device(d.runtime.queue, host) if on_device else host
-    return out
-
-
-@dataclass(frozen=True)
-class EagerCall:
-    """An eager call in the op's own terms: canonical inputs (optional ones filled) and
-    attributes, and how to turn the op's outputs into what the eager function returns."""
-
-    dispatcher: Dispatcher
-    op: OpSig
-    inputs: dict[str, Any]
-    attrs: dict[str, Any]
-    finish: Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def prepare(
-    op: str,
-    inputs: Sequence[Any],
-    attrs: Mapping[str, Any],
-    options: Mapping[str, Any] | None = None,
-    queue: cl.CommandQueue | None = None,
-) -> EagerCall:
-    d = dispatcher(queue)
-    sig = d.registry.op(op)
-    if len(inputs) != len(sig.inputs):
-        raise CallError(f"{op}: takes {len(sig.inputs)} inputs, got {len(inputs)}")
-    given = {t.name: a for t, a in zip(sig.inputs, inputs, strict=True)}
-    try:
-        canon = CONVENTIONS[sig.call].canonical(sig, given, options or {})
-        filled = _filled(d, sig, canon.inputs)
-    except ClforgeError:
-        raise
-    except (TypeError, ValueError, np.exceptions.AxisError) as exc:  # last line of defence
-        raise CallError(f"{op}: {exc}") from None
-    merged = {**canon.attrs, **{k: v for k, v in attrs.items() if v is not None}}
-    return EagerCall(d, sig, filled, merged, canon.finish)
-
-
-def call_op(
-    op: str,
-    inputs: Sequence[Any],
-    attrs: Mapping[str, Any],
-    options: Mapping[str, Any] | None = None,
-    queue: cl.CommandQueue | None = None,
-) -> Any:
-    """What every generated eager function calls: positional inputs in the spec's order,
-    attributes, and the options of the op's calling convention.
-
-    Calls on device arrays are memoized as a :class:`Recipe` (keyed by the arrays' dtypes,
-    shapes, strides and offsets, and the attributes and options): a warm call skips the calling
-    convention's views and binds the caller's buffers directly."""
-    d = dispatcher(queue)
-    key = _recipe_key(op, inputs, attrs, options)
-    if key is not None:
-        recipe = d._recipes.get(key)
-        if recipe is not None:
-            return recipe.run(d.runtime, inputs)
-    c = prepare(op, inputs, attrs, options, queue)
-    plan = d.plan_for(c.op, c.inputs, c.attrs)
-    outs = d.execute(c.op, plan, c.inputs, validated=True)
-    result = c.finish(outs)
-    if key is not None:
-        recipe = Recipe.learn(c, plan, inputs, outs, result)
-        if recipe is not None:
-            d._recipes[key] = recipe
-    return _unpack(c.op, result)
-
-
-def _recipe_key(
-    op: str, inputs: Sequence[Any], attrs: Mapping[str, Any], options: Mapping[str, Any] | None
-) -> tuple | None:
-    """The memo key of an eager call on device arrays, or None when it is not memoizable."""
-    parts: list[Any] = []
-    for a in inputs:
-        if isinstance(a, cla.Array):
-            parts.append((a.dtype, a.shape, a.strides, a.offset))
-        elif a is None or isinstance(a, (bool, int, float)):
-            parts.append(("value", type(a), a))
-        else:
-            return None  # NumPy inputs are copied anyway; nothing to save
-    if not any(isinstance(a, cla.Array) for a in inputs):
-        return None
-    key = (op, tuple(parts), tuple(sorted(attrs.items())), tuple(sorted((options or {}).items())))
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-@dataclass(frozen=True, eq=False)
-class Recipe:
-    """A warm eager call on device arrays: the plan, where each kernel buffer comes from (an
-    argument of the call, or a constant such as a filled optional input), and the final shape
-    and strides of each output, allocated directly so that no view needs to be made."""
-
-    op: OpSig
-    plan: LaunchPlan
-    sources: tuple[tuple[int, int | None, Any], ...]  # (arg index, call input index, constant)
-    outputs: tuple[tuple[str, tuple[int, ...], np.dtype, tuple[int, ...]], ...]
-
-    @classmethod
-    def learn(
-        cls,
-        c: EagerCall,
-        plan: LaunchPlan,
-        given: Sequence[Any],
-        outs: Mapping[str, Any],
-        result: Mapping[str, Any],
-    ) -> Recipe | None:
-        if plan.kernel is None:
-            return None
-        sources = []
-        for i, name in plan.buffers:
-            if name not in c.inputs:
-                continue  # an output
-            arr = c.inputs[name]
-            index = next(
-                (
-                    j
-                    for j, g in enumerate(given)
-                    if isinstance(g, cla.Array)
-                    and g.base_data is arr.base_data
-                    and g.offset == arr.offset
-                ),
-                None,
-            )
-            sources.append((i, index, None if index is not None else arr))
-        outputs = []
-        for name, shape, dt, _ in plan.outputs:
-            final = result.get(name)
-            if (
-                not isinstance(final, cla.Array)
-                or final.base_data is not outs[name].base_data
-                or final.offset
-                or final.size != math.prod(shape)
-            ):
-                return None  # the convention made something other than a view: not memoized
-            outputs.append((name, tuple(final.shape), dt, tuple(final.strides)))
-        return cls(c.op, plan, tuple(sources), tuple(outputs))
-
-    def run(self, rt: Runtime, given: Sequence[Any]) -> Any:
-        plan = self.plan
-        outs = {
-            name: cla.empty(rt.queue, shape, dt, strides=strides, allocator=rt.allocator)
-            for name, shape, dt, strides in self.outputs
-        }
-        args = list(plan.args)
-        for i, index, const in self.sources:
-            arr = given[index] if index is not None else const
-            args[i] = arr.base_data if arr.size else rt.dummy
-        for i, name in plan.buffers:
-            if name in outs:
-                args[i] = outs[name].base_data if outs[name].size else rt.dummy
-        kernel = plan.kernel
-        if kernel is None:  # learn() keeps no recipe for an empty NDRange
-            return _unpack(self.op, outs)
-        kernel.set_args(*args)
-        cl.enqueue_nd_range_kernel(
-            rt.queue, kernel, plan.geometry.global_size, plan.geometry.local_size
-        )
-        return _unpack(self.op, outs)
-
-
-def eager_plan(
-    op: str,
-    inputs: Sequence[Any],
-    attrs: Mapping[str, Any] | None = None,
-    options: Mapping[str, Any] | None = None,
-    queue: cl.CommandQueue | None = None,
-) -> LaunchPlan:
-    """The launch plan an eager call with these arguments gets (`.inst` is the chosen
-    instance), without running it."""
-    c = prepare(op, inputs, attrs or {}, options, queue)
-    return c.dispatcher.plan_for(c.op, c.inputs, c.attrs)

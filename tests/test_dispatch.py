@@ -14,7 +14,8 @@ import pytest
 from generated import ops
 from generator import registry as registry_mod
 from generator.cli import main
-from generator.dispatch import ClforgeWarning, Dispatcher, TensorType, dispatcher
+from generator.compiled import TensorType
+from generator.dispatch import ClforgeWarning, Dispatcher, dispatcher
 from generator.errors import BuildError, CallError, DispatchError
 from generator.generate import generate
 from generator.paths import DEFAULT, Layout
