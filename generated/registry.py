@@ -1507,6 +1507,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='350fb0040f0cc28fc476a738b066f99cb14b2c084ec95ba25db3306dbc4c455b',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'abs__cpu__f64': Instance(
         name='abs__cpu__f64',
@@ -1558,6 +1559,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f7cc41bd590f84efa9e3492df1e949db9081ecf898263fbc377d69a2189f6d05',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'abs__cpu__i32': Instance(
         name='abs__cpu__i32',
@@ -1609,6 +1611,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='09a280b56cf1d5e0a144c9e7a9ee48ccd6d29a5e0bb267f9cb104080ccdfd0cf',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'abs__generic__f16': Instance(
         name='abs__generic__f16',
@@ -1660,6 +1663,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0e5cf66a478340fed0d5c37e84d0a8bf36cff05a7d5a98b74c041c83a4263f94',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'abs__generic__f32': Instance(
         name='abs__generic__f32',
@@ -1711,6 +1715,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='aeefe82dfaab9a4639daec229eca05b4b9fc6c2c0e1ae77f3defe203c000da77',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'abs__generic__f64': Instance(
         name='abs__generic__f64',
@@ -1762,6 +1767,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='06d140c483710aebfc0440ef92e331ba36111d7bfcdd54eaaee0a9d0feb65b58',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'abs__generic__i32': Instance(
         name='abs__generic__i32',
@@ -1813,6 +1819,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='e6cac2b69f6282e19033ee8d48c6efb72169933887f95a8525594507ece5019d',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'abs__gpu__f32': Instance(
         name='abs__gpu__f32',
@@ -1864,6 +1871,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='49d88463d47e14eebeed585857188bb6a6e33981a67fc9757ff029e2cc74da08',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'abs__gpu__f64': Instance(
         name='abs__gpu__f64',
@@ -1915,6 +1923,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f6cc312e824839e8e70ede3482cf1bae55fdc884cfae48cfe41ec62542eaf000',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'abs__gpu__i32': Instance(
         name='abs__gpu__i32',
@@ -1966,6 +1975,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d85357c3d121393133e5cbbb4f73db114aa6bc06b3e6c9fc72754f0d951ebbd6',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'abs__half__f16': Instance(
         name='abs__half__f16',
@@ -2017,6 +2027,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='483828b4412adbd176e276dc4f553e2a989b664d150a8b61b0e1cbd8678baeb3',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'add__cpu__f32': Instance(
         name='add__cpu__f32',
@@ -2164,6 +2175,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='516ad04ea34e850d9a54543fe4c80308dcd3a09d64956710abd61d5491f62441',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'add__cpu__f64': Instance(
         name='add__cpu__f64',
@@ -2311,6 +2323,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4365f2924d63615b75314993d2edcc85a3008e0517769780f89cbaf6f25a62e8',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'add__cpu__i32': Instance(
         name='add__cpu__i32',
@@ -2458,6 +2471,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='3dc7b621baea47563d6be8b4effc9da5591a11108ac8a7c75e698bc1175a021d',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'add__generic__f16': Instance(
         name='add__generic__f16',
@@ -2605,6 +2619,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='79ed4d5dc636b9187c8d81ec080bd37baea19f4b40a95a8c832d8e15039dfef6',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'add__generic__f32': Instance(
         name='add__generic__f32',
@@ -2752,6 +2767,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='af38203a784e2c33798babe288d09f2bfe3fff43e54f097f66fa6067e88e662c',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'add__generic__f64': Instance(
         name='add__generic__f64',
@@ -2899,6 +2915,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='06f36d39122ddc78ccfb967af185335f5ec769e9954bf2493f73e6311ba81c7f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'add__generic__i32': Instance(
         name='add__generic__i32',
@@ -3046,6 +3063,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='8f67c2460b2e897976f732f62d5a55da31d5b878f2c4afcf410c1dfb7186a0f4',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'add__gpu__f32': Instance(
         name='add__gpu__f32',
@@ -3193,6 +3211,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='64b0a731069ba8545b1cac1e3422c4b5142b80d7863901f12f771591530a0789',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'add__gpu__f64': Instance(
         name='add__gpu__f64',
@@ -3340,6 +3359,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='16769428d0d2458ca01e560782df72b22c9cd43f549ab22267430586c470e918',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'add__gpu__i32': Instance(
         name='add__gpu__i32',
@@ -3487,6 +3507,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='14e2d0aa8df5618fbfa3d11aabb809ef2ffd002cccf241522861d39b8aa47910',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'add__half__f16': Instance(
         name='add__half__f16',
@@ -3634,6 +3655,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='080116bd7d77240508216ab3c4b1d3991b739b99cef654f98567ccf874cac382',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'argmax__cpu__f32': Instance(
         name='argmax__cpu__f32',
@@ -3701,6 +3723,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f34285a1e8003207e8aa7acd3f867ce84ba0a096db0a00b67b2d85ee82b657a8',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'argmax__cpu__f64': Instance(
         name='argmax__cpu__f64',
@@ -3768,6 +3791,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1ba918a4a2ac5e58903aeca35379aef6f62d3cf06ac1fe9ddb559e5ff197254d',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'argmax__cpu__i32': Instance(
         name='argmax__cpu__i32',
@@ -3835,6 +3859,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2b7fadd4fad4d5621bba8879c6dc73d702f1e64648b8880e432c5b43fae87421',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'argmax__generic__f16': Instance(
         name='argmax__generic__f16',
@@ -3902,6 +3927,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5c556e80f802e8b1ca7e64508c52c4746a7e1449c937e7c39646fd36f98d5c88',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'argmax__generic__f32': Instance(
         name='argmax__generic__f32',
@@ -3969,6 +3995,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f6674f59fef979c7c54a16d35564d48092b5773d60251265da18e9714a0e8527',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'argmax__generic__f64': Instance(
         name='argmax__generic__f64',
@@ -4036,6 +4063,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='80c2167b2bb7c803bd9ddbaf5bbe1bde46e786daf0e6571b797ca965f392493c',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'argmax__generic__i32': Instance(
         name='argmax__generic__i32',
@@ -4103,6 +4131,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='120cdfeddf48c973e020b9182db10dcff2b7e2003e54ebeea801271bd87840d8',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'argmax__generic_fp16__f16': Instance(
         name='argmax__generic_fp16__f16',
@@ -4170,6 +4199,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='af3b8a8b9dd5ff522ddf88f432a032a5fdeb60a5711b958c9dcacd34cca585cd',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'argmax__gpu_workgroup__f32': Instance(
         name='argmax__gpu_workgroup__f32',
@@ -4237,6 +4267,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='07ce42d9f9736d6ff77e453155a7f422c47debb4a26530246263b407ff9335c8',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'argmax__gpu_workgroup__f64': Instance(
         name='argmax__gpu_workgroup__f64',
@@ -4304,6 +4335,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d48354ca9ed7cca06e31a00f092c20aade091685307ed54835c49f7dd2573119',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'argmax__gpu_workgroup__i32': Instance(
         name='argmax__gpu_workgroup__i32',
@@ -4371,6 +4403,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7cf36187f3eb414078ca7be220b563310b2fa93e304fb89916809eb1636c8336',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'attention__cpu__f32': Instance(
         name='attention__cpu__f32',
@@ -4494,6 +4527,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ae4c2734e503c029a5650b93abbfdb6723fb2972ce7163f1093aa5e65908e34e',
         tunables=(('QB', (1, 2, 4, 8)),),
         constraints=(),
+        build_options='',
     ),
     'attention__generic__f32': Instance(
         name='attention__generic__f32',
@@ -4617,6 +4651,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1bd40af7c36b17c6e559a5b22d1e40d02821df3213d35d973a52041b7a9c1383',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'attention__gpu_tiled__f32': Instance(
         name='attention__gpu_tiled__f32',
@@ -4740,6 +4775,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='552e6fee218a10a61b6f50f937776ad341fbbe8b0172ac0b0ffb39624cb18157',
         tunables=(('BK', (8, 16, 32)), ('BQ', (16, 32, 64))),
         constraints=(),
+        build_options='',
     ),
     'conv2d__cpu__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu__f32__x_nhwc__y_nhwc',
@@ -4935,6 +4971,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4216e5637487eb8bce102ae8d41df2551702710bbc4cb59a21ece92d23d03cb5',
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__cpu__f32__x_nhwc__y_row': Instance(
         name='conv2d__cpu__f32__x_nhwc__y_row',
@@ -5130,6 +5167,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='caa220763e3323eb27c2d85365e8e5dbee14cbc2ba5c220190ad5943e2522356',
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__cpu__f32__x_row__y_nhwc': Instance(
         name='conv2d__cpu__f32__x_row__y_nhwc',
@@ -5325,6 +5363,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c60f5384030d3688fd817a302dba796b283e8298cc86a2e96821807ac28f5be6',
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__cpu__f32__x_row__y_row': Instance(
         name='conv2d__cpu__f32__x_row__y_row',
@@ -5520,6 +5559,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7b1ecc4986279aad5eaf0901f8fda8d51198440926efd45aab1aa474ae844d25',
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__cpu__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu__f64__x_nhwc__y_nhwc',
@@ -5715,6 +5755,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='253e7420eb4fe25e5ce6a2debe10cfc951975149e14477c282201cf6b3c61713',
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__cpu__f64__x_nhwc__y_row': Instance(
         name='conv2d__cpu__f64__x_nhwc__y_row',
@@ -5910,6 +5951,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='89e5f91f40809685a4619fcced7846273b831256852d2baf8254f38e4d627dc6',
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__cpu__f64__x_row__y_nhwc': Instance(
         name='conv2d__cpu__f64__x_row__y_nhwc',
@@ -6105,6 +6147,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0ec3390f2324ae013247df92875dbd4668ca02a3efa4fa5877695f9d2b4bb1d2',
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__cpu__f64__x_row__y_row': Instance(
         name='conv2d__cpu__f64__x_row__y_row',
@@ -6300,6 +6343,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='29a09681d40839eb75648ffddb2a5955acd620c560bbe990ef805fd0b7917f8f',
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f16__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f16__x_nhwc__y_nhwc',
@@ -6495,6 +6539,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='8dc33251c28b5c57177099c4b9fbb6bf68c11cc8e5238c26ca4db71f53e68636',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f16__x_nhwc__y_row': Instance(
         name='conv2d__generic__f16__x_nhwc__y_row',
@@ -6690,6 +6735,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='54b07a2f1cb1a605972eaea92d17aa2cf1a67494c480ffa900390b94ac4d693c',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f16__x_row__y_nhwc': Instance(
         name='conv2d__generic__f16__x_row__y_nhwc',
@@ -6885,6 +6931,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='af453dcf9bbe03cf20216bcd786a227c92835b575fddd10c96e014334e4dc94b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f16__x_row__y_row': Instance(
         name='conv2d__generic__f16__x_row__y_row',
@@ -7080,6 +7127,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='aac0b9a76969cf4871a8de515a3dcfba712d69bd152e1316a8921f5d3a47b6e0',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f32__x_nhwc__y_nhwc',
@@ -7275,6 +7323,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='dbb6cbf876b9e97cec676e657926b42bb35d28835cdd178a2fe532d182fce0e3',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f32__x_nhwc__y_row': Instance(
         name='conv2d__generic__f32__x_nhwc__y_row',
@@ -7470,6 +7519,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f13a89340f75059b132c6d93988d5a0542e7d8571274d4ecc039059ae57245b9',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f32__x_row__y_nhwc': Instance(
         name='conv2d__generic__f32__x_row__y_nhwc',
@@ -7665,6 +7715,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='29ade213bb228bc5a9a3dea9d6531e6671cc5d90572835c30a530ecd2741a999',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f32__x_row__y_row': Instance(
         name='conv2d__generic__f32__x_row__y_row',
@@ -7860,6 +7911,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='981632ca4656e6381516461b33dcc7e9e99b82b112f483266c82c0df5c1dbd8f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f64__x_nhwc__y_nhwc',
@@ -8055,6 +8107,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='439c71e57a8c1d14e0b3891d254ae8e6fb300a0d7e90b2fdb6fbf3ccb6b937e0',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f64__x_nhwc__y_row': Instance(
         name='conv2d__generic__f64__x_nhwc__y_row',
@@ -8250,6 +8303,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2bb177405c34fd02cb8d54c8d8b5990cd81df147b0bdef64dc127476e90f0517',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f64__x_row__y_nhwc': Instance(
         name='conv2d__generic__f64__x_row__y_nhwc',
@@ -8445,6 +8499,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7d2292ac17b6cd7d3dfe1fc19ee4f5ecca2a087bc309e01166fa913f1b10b74c',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic__f64__x_row__y_row': Instance(
         name='conv2d__generic__f64__x_row__y_row',
@@ -8640,6 +8695,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f495bc7f79ee236192ecd09b08be6ad348c59ffae8b5cf43fec060f8ee2dedf6',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic_half__f16__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic_half__f16__x_nhwc__y_nhwc',
@@ -8835,6 +8891,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='79c9e2eb1bc0af34556975d3664603c8efdd581f17d10513876f003306abbb38',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic_half__f16__x_nhwc__y_row': Instance(
         name='conv2d__generic_half__f16__x_nhwc__y_row',
@@ -9030,6 +9087,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6ca5d8c6cc4056bb5bf482dda6d765acff3251c12a2e2b8db82d4ed7e8558ea1',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic_half__f16__x_row__y_nhwc': Instance(
         name='conv2d__generic_half__f16__x_row__y_nhwc',
@@ -9225,6 +9283,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4ad349b65fd37aff7018d2e461dad69aa77351f060798ce2e52f2d9f844151da',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__generic_half__f16__x_row__y_row': Instance(
         name='conv2d__generic_half__f16__x_row__y_row',
@@ -9420,6 +9479,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2e53074af13495f5c0fcf104361939e7e6d5626095fe8334bf4e2eafa593265f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'conv2d__gpu_tiled__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f32__x_nhwc__y_nhwc',
@@ -9615,6 +9675,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='611d3d81e41969c0a6871a166152eb9d986e327a115aca63fde8bc65a4bbcbc2',
         tunables=(('TS', (8, 16)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__gpu_tiled__f32__x_nhwc__y_row': Instance(
         name='conv2d__gpu_tiled__f32__x_nhwc__y_row',
@@ -9810,6 +9871,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6598197a5428372fb9ab29576acbf43cfb5cb77fa14819aea3d4c343725471df',
         tunables=(('TS', (8, 16)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__gpu_tiled__f32__x_row__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f32__x_row__y_nhwc',
@@ -10005,6 +10067,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='12fd8ac8698d8fb46477eba04ee46c719f6dd424065a4b4154dd9ec60317c368',
         tunables=(('TS', (8, 16)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__gpu_tiled__f32__x_row__y_row': Instance(
         name='conv2d__gpu_tiled__f32__x_row__y_row',
@@ -10200,6 +10263,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='558456617e618f8c95428fe0ee616198eba17706fffb7cbcd3b53c09db11e086',
         tunables=(('TS', (8, 16)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__gpu_tiled__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f64__x_nhwc__y_nhwc',
@@ -10395,6 +10459,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='fa920b145c99931f03ed52bee1862fe2e2612113e79941a7f4a28f3a8cf77e25',
         tunables=(('TS', (8, 16)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__gpu_tiled__f64__x_nhwc__y_row': Instance(
         name='conv2d__gpu_tiled__f64__x_nhwc__y_row',
@@ -10590,6 +10655,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f3015d4e3c26380a93d6e1701c51b8a4198f87bf19c1c3d8efb7795563b586da',
         tunables=(('TS', (8, 16)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__gpu_tiled__f64__x_row__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f64__x_row__y_nhwc',
@@ -10785,6 +10851,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='04741128e2da4db470c8276598928e878a0d46951869f839f50bdd985b02dcf2',
         tunables=(('TS', (8, 16)),),
         constraints=(),
+        build_options='',
     ),
     'conv2d__gpu_tiled__f64__x_row__y_row': Instance(
         name='conv2d__gpu_tiled__f64__x_row__y_row',
@@ -10980,6 +11047,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4ce3a7525a12e291b2881efc42f5fc4a4252f251f9641a1dbcae10642527116f',
         tunables=(('TS', (8, 16)),),
         constraints=(),
+        build_options='',
     ),
     'div__cpu__f32': Instance(
         name='div__cpu__f32',
@@ -11127,6 +11195,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='82fc33454208f0fb24a90a083d15794fe0f6dc166ce675620b4607d59aec7c7c',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'div__cpu__f64': Instance(
         name='div__cpu__f64',
@@ -11274,6 +11343,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='00803a67f12fc07c58bd897bf8fa7585b5ff932a9a51aa90b62fe2926d7850ed',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'div__cpu__i32': Instance(
         name='div__cpu__i32',
@@ -11421,6 +11491,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='94defefe63434ba068f7f1081bfd68b7eb6a4522b11ed247da959c391234110b',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'div__generic__f16': Instance(
         name='div__generic__f16',
@@ -11568,6 +11639,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2268a035dc8af75c5102f3d9d23ec49f8caa732d71fe33cabbea721b700b137b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'div__generic__f32': Instance(
         name='div__generic__f32',
@@ -11715,6 +11787,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b610ce4b3bb4b5523c5e5e16726c21d8b5c8b1b13c373bca75cbeb1a7cba4b01',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'div__generic__f64': Instance(
         name='div__generic__f64',
@@ -11862,6 +11935,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='04252f505ee118d48ff0811994a5a16436607c4480740ba2d0fd34a3e2e3fdbc',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'div__generic__i32': Instance(
         name='div__generic__i32',
@@ -12009,6 +12083,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ce6f2f7948c61a17bffe56d659cee300f8b0c3d4b6a3cb75110a4a4e4dd53568',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'div__gpu__f32': Instance(
         name='div__gpu__f32',
@@ -12156,6 +12231,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='bfb077c3e94660d1663846f00fe4f136fc99169cf2f7cf9325e002a898739061',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'div__gpu__f64': Instance(
         name='div__gpu__f64',
@@ -12303,6 +12379,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ace9cb0c4b9dc5c11cd808f4b9c507ad132b21f84986983ef122254bbaa39776',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'div__gpu__i32': Instance(
         name='div__gpu__i32',
@@ -12450,6 +12527,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ab62c33767ddcfc19b7af601babb075df706ed13fd2420d22a3085c2218fd8b9',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'div__half__f16': Instance(
         name='div__half__f16',
@@ -12597,6 +12675,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f45dcb05d671c693f51b5a16666d61dea79877fda791b3f01e97c2136fbf498b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'exp__cpu__f32': Instance(
         name='exp__cpu__f32',
@@ -12648,6 +12727,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='85b702261f0ffa6e6c9c8272135300891b843f15b47d604dc871054c2d183d4a',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'exp__cpu__f64': Instance(
         name='exp__cpu__f64',
@@ -12699,6 +12779,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='23d368d32834fb8cf702f3d1970d5931016364672b6dea2e1a955eb2dc555155',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'exp__generic__f16': Instance(
         name='exp__generic__f16',
@@ -12750,6 +12831,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f8a1803139fc4eb3794cbc013c3a406f0d05b687d8c0b51c4ec62f879a690286',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'exp__generic__f32': Instance(
         name='exp__generic__f32',
@@ -12801,6 +12883,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4e506f350843b13fc231cf52d8597c6b403996f3f9cf9a96fc09aaa83c448493',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'exp__generic__f64': Instance(
         name='exp__generic__f64',
@@ -12852,6 +12935,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='e6e577bd16c0c833834e33c550a41557111395d21cf748e7c4761c7093dfa056',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'exp__gpu__f32': Instance(
         name='exp__gpu__f32',
@@ -12903,6 +12987,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ba7601621b519a7392d70a0c8576b44172d0d813acafc74f64cd6d7b3e1426b0',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'exp__gpu__f64': Instance(
         name='exp__gpu__f64',
@@ -12954,6 +13039,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d49c1181bb8ab1459d140b99b1466417702aa5d8f8dbe3b3baa40f6a405b8d9c',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'exp__half__f16': Instance(
         name='exp__half__f16',
@@ -13005,6 +13091,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='10c7db55909ff6caa4ba81fc09c72e2709c5de812a97da1346cfe6fad5f3ab1a',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gelu__cpu__f32': Instance(
         name='gelu__cpu__f32',
@@ -13064,6 +13151,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='3a5cd925f57fe157d392759d13872a4527e735a7d957ab98255aa65a87fe6246',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'gelu__cpu__f64': Instance(
         name='gelu__cpu__f64',
@@ -13123,6 +13211,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a001d3cfc1458664b5989f2f77dbf732587f0679a281da077d7bae8f14778413',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'gelu__generic__f16': Instance(
         name='gelu__generic__f16',
@@ -13182,6 +13271,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b9214a7c5fefbc235f2316dd6e1b87c8ed16d2c7a3bd4d82928263f7ce813090',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gelu__generic__f32': Instance(
         name='gelu__generic__f32',
@@ -13241,6 +13331,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='3fe8535c3d5d469e08648c0bec4acf3cad28802292347311933d6450b5d2b17b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gelu__generic__f64': Instance(
         name='gelu__generic__f64',
@@ -13300,6 +13391,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='39f0932bfa57b6a01f4f6834cafda5215bd2aeba93abfdb32125893db7452dba',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gelu__gpu__f32': Instance(
         name='gelu__gpu__f32',
@@ -13359,6 +13451,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c46fc699d5e382025fb18a377da6a5091ffb057018947c3a171dbf523d24e6db',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'gelu__gpu__f64': Instance(
         name='gelu__gpu__f64',
@@ -13418,6 +13511,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='cd11d9c8646d0f8daf9c86a8626dcfd7c12062b0f8dbedad41ccd01c17673219',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'gelu__half__f16': Instance(
         name='gelu__half__f16',
@@ -13477,6 +13571,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a5f9bab75187a79cc98fe59738c587173399a47883694c22431ee1aedda45848',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__cpu_blocked__f32__a_col__b_row': Instance(
         name='gemm__cpu_blocked__f32__a_col__b_row',
@@ -13592,6 +13687,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9d71e62ed457f0bebe448189a68c57d4c23482d8d9d10c46a5381063ae6b4679',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
+        build_options='',
     ),
     'gemm__cpu_blocked__f32__a_row__b_row': Instance(
         name='gemm__cpu_blocked__f32__a_row__b_row',
@@ -13707,6 +13803,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a8e4df6f277836b6ad5c4bca59ba9b4b625427a278ba468b55c5dfd83fa52a2d',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
+        build_options='',
     ),
     'gemm__cpu_blocked__f64__a_col__b_row': Instance(
         name='gemm__cpu_blocked__f64__a_col__b_row',
@@ -13822,6 +13919,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='78d8977da6d54c7f10d7f869800e9932646479be16b918abec33a40754aec3b7',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
+        build_options='',
     ),
     'gemm__cpu_blocked__f64__a_row__b_row': Instance(
         name='gemm__cpu_blocked__f64__a_row__b_row',
@@ -13937,6 +14035,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5670c2dd88655549d6fb2855bc3bd78f75e55410f5aeec366dbd3f998720c087',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
+        build_options='',
     ),
     'gemm__generic__f16__a_col__b_col': Instance(
         name='gemm__generic__f16__a_col__b_col',
@@ -14052,6 +14151,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='01bdbe3bec70a02937fe70f7b3f797770e4ca723a604c13d9a3970fab9c76de2',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f16__a_col__b_row': Instance(
         name='gemm__generic__f16__a_col__b_row',
@@ -14167,6 +14267,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2e117896f57b3a704d6e8625caa0ebf66d065d1a98d9b9b8b723c433edede532',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f16__a_row__b_col': Instance(
         name='gemm__generic__f16__a_row__b_col',
@@ -14282,6 +14383,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f329afa3bb9b425a8b14748f8a89db390ca46c0c6c99d1040af1c848bee07d7d',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f16__a_row__b_row': Instance(
         name='gemm__generic__f16__a_row__b_row',
@@ -14397,6 +14499,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7ca9c6592cc6a822426fbf93de699b5b5c39c7b2d70ae671b1da83f420dd576a',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f32__a_col__b_col': Instance(
         name='gemm__generic__f32__a_col__b_col',
@@ -14512,6 +14615,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='8a36d7292f4e6eab21e30eda8f4c6bab1032175bd315e38f3c8bdd2cde27345d',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f32__a_col__b_row': Instance(
         name='gemm__generic__f32__a_col__b_row',
@@ -14627,6 +14731,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1b674195defa590f50925ab23294fdb6bc6371546bbd213335f9e97f3c2e1ecb',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f32__a_row__b_col': Instance(
         name='gemm__generic__f32__a_row__b_col',
@@ -14742,6 +14847,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f25290945008aeecff01c2c05c46bcfd96611674100377459d672a0c9447b89b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f32__a_row__b_row': Instance(
         name='gemm__generic__f32__a_row__b_row',
@@ -14857,6 +14963,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='bb220ddfb607a24df0b56b09045ea3dfa97d68af9be56f8e30d55259a5143752',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f64__a_col__b_col': Instance(
         name='gemm__generic__f64__a_col__b_col',
@@ -14972,6 +15079,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='edcc19b64d0eb7d68bf525a8c28b616abc17eacae2285577d666236f41eeafb2',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f64__a_col__b_row': Instance(
         name='gemm__generic__f64__a_col__b_row',
@@ -15087,6 +15195,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='01d9a05f0bf7476aba301323eb738d4a92ea650900d42b2a17d0ecd28d62f7b0',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f64__a_row__b_col': Instance(
         name='gemm__generic__f64__a_row__b_col',
@@ -15202,6 +15311,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4f2c8ddb6d85c9d16f3116582b293afaf389eeb088def228e0a80d1c7ee44d28',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic__f64__a_row__b_row': Instance(
         name='gemm__generic__f64__a_row__b_row',
@@ -15317,6 +15427,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c62322872a7aeb40337d7f23f6dcd3efbc353b777f0237edd58585e49617bade',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic_half__f16__a_col__b_col': Instance(
         name='gemm__generic_half__f16__a_col__b_col',
@@ -15432,6 +15543,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='72de415549f233d37b74c4f8462a836a035dbc132d60aef82eb14ecd13e7d727',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic_half__f16__a_col__b_row': Instance(
         name='gemm__generic_half__f16__a_col__b_row',
@@ -15547,6 +15659,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6a7174ef4625c5478d73f7f306627bbbbf8e6b97561dd8d989b1793d5db8aa2d',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic_half__f16__a_row__b_col': Instance(
         name='gemm__generic_half__f16__a_row__b_col',
@@ -15662,6 +15775,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5f87cec1227c834552d7eea1014f29aeddcbb213be2f21c5f384fe82b3cd1676',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__generic_half__f16__a_row__b_row': Instance(
         name='gemm__generic_half__f16__a_row__b_row',
@@ -15777,6 +15891,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='e7a47dfcbcf4788423a346051746018e3d60aaca0f87b480798902138ffa49dd',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f16__a_col__b_col': Instance(
         name='gemm__gpu_tiled__f16__a_col__b_col',
@@ -15892,6 +16007,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7a115eb5bcd1f9ca7d875c75352f22fa2256e84e2a67065464a676f0e31cb00e',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f16__a_col__b_row': Instance(
         name='gemm__gpu_tiled__f16__a_col__b_row',
@@ -16007,6 +16123,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='17871981724e2614ab3f91fde164715cabf5f8edeffaf8f283b0c78e382999bf',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f16__a_row__b_col': Instance(
         name='gemm__gpu_tiled__f16__a_row__b_col',
@@ -16122,6 +16239,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='de71b91402dbbbb6c823449a980264de7a11e648f173af82b4ac8b0ad2e9acd0',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f16__a_row__b_row': Instance(
         name='gemm__gpu_tiled__f16__a_row__b_row',
@@ -16237,6 +16355,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c959a9181a6079895c32ca03830458fceda2162935a3d47a5d4c07f1ec59d5f1',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f32__a_col__b_col': Instance(
         name='gemm__gpu_tiled__f32__a_col__b_col',
@@ -16352,6 +16471,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='58846f0b4734b7ff9ccaceb2243e7822c1e645c447f43e4cbc22bee7f5e383d3',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f32__a_col__b_row': Instance(
         name='gemm__gpu_tiled__f32__a_col__b_row',
@@ -16467,6 +16587,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d8c4ed2caaa023894e3aa1189ca193378526ac100d0bc92a4a818cd006a5889a',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f32__a_row__b_col': Instance(
         name='gemm__gpu_tiled__f32__a_row__b_col',
@@ -16582,6 +16703,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f7dc493cf548ee6ed623d760b06f9642a53e9a2483e4d8f09e809503ea5afc97',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f32__a_row__b_row': Instance(
         name='gemm__gpu_tiled__f32__a_row__b_row',
@@ -16697,6 +16819,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4fcad44328522230ef9c50db6cb1b814a8f35f78fe4ee83ef26df64e28bca321',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f64__a_col__b_col': Instance(
         name='gemm__gpu_tiled__f64__a_col__b_col',
@@ -16812,6 +16935,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4075bcdb7486d2478420384c30cd3bb598976b0e074b93a07112a7f1b0352822',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f64__a_col__b_row': Instance(
         name='gemm__gpu_tiled__f64__a_col__b_row',
@@ -16927,6 +17051,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a8e3b5b9ea52e7319a9c74d3740bf4a4ab87c0991382fd30579349677c6bba07',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f64__a_row__b_col': Instance(
         name='gemm__gpu_tiled__f64__a_row__b_col',
@@ -17042,6 +17167,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='773c4d487de777c92e336c60d5b98623cc8ce24bf0f454fea518f76e5a631f61',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'gemm__gpu_tiled__f64__a_row__b_row': Instance(
         name='gemm__gpu_tiled__f64__a_row__b_row',
@@ -17157,6 +17283,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c5a80218e432ffa78b5c26e9e257ee6d7ecbdc93efa6924bc00c68ca16a09d75',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'layer_norm__cpu__f32': Instance(
         name='layer_norm__cpu__f32',
@@ -17240,6 +17367,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='993f6ab22b5e535aaf31681fb9c99cffa95d47926df8b4f55cfb49cf99d90af5',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'layer_norm__cpu__f64': Instance(
         name='layer_norm__cpu__f64',
@@ -17323,6 +17451,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2f8dd6fa712c5827ad1c80dacd066a626053e0bfe17164497731cbd8370eb4bb',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'layer_norm__generic__f16': Instance(
         name='layer_norm__generic__f16',
@@ -17406,6 +17535,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5b8c7ff47151456b9de736a3c571c5e8c4b4f322638d5d83919c757d4e517ce7',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'layer_norm__generic__f32': Instance(
         name='layer_norm__generic__f32',
@@ -17489,6 +17619,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='cca04010c09d085370616d59c2cb206aeb3354e3f79ad9fc51ffaca4efff8215',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'layer_norm__generic__f64': Instance(
         name='layer_norm__generic__f64',
@@ -17572,6 +17703,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7c3f97b3c5fe69827fee727e14c4191e3bb2697575b5bb6aa359047d49cdc016',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'layer_norm__generic_fp16__f16': Instance(
         name='layer_norm__generic_fp16__f16',
@@ -17655,6 +17787,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a01e6a428f14608e69fa5e4e3b0672dc17db5992b4fee905dfcedfaa011a588c',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'layer_norm__gpu_workgroup__f32': Instance(
         name='layer_norm__gpu_workgroup__f32',
@@ -17738,6 +17871,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c4206056ba7a10e198701ec85c275ce6964037cac6e4349896d236afdf8ac8ec',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'layer_norm__gpu_workgroup__f64': Instance(
         name='layer_norm__gpu_workgroup__f64',
@@ -17821,6 +17955,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='aaf4db4d76887d5034153547ac8b3bb5513ec1095e438fe3f751c312e5d0bab3',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'leaky_relu__cpu__f32': Instance(
         name='leaky_relu__cpu__f32',
@@ -17880,6 +18015,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='93d1c063259342b505f632e33707e55684b00a21b0d7eccaf27f1aa6b8db086b',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'leaky_relu__cpu__f64': Instance(
         name='leaky_relu__cpu__f64',
@@ -17939,6 +18075,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4cb2087f547421d978eb53b362402edae5b08798c620f088b32dde1c756ee020',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'leaky_relu__generic__f16': Instance(
         name='leaky_relu__generic__f16',
@@ -17998,6 +18135,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='432f14fc9c7962bbb776cb30e5f0da134cd1964a6fc524cd190ac6ae086926f6',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'leaky_relu__generic__f32': Instance(
         name='leaky_relu__generic__f32',
@@ -18057,6 +18195,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f107f6411364ce948c2fd99c57aeac5c4ac43c4f311bc4818118de77a2f46cad',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'leaky_relu__generic__f64': Instance(
         name='leaky_relu__generic__f64',
@@ -18116,6 +18255,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='86357b321dd9c2c54c4fba45b0b03a75fd2e02b50268bc810753c4ac68aca491',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'leaky_relu__gpu__f32': Instance(
         name='leaky_relu__gpu__f32',
@@ -18175,6 +18315,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0f2f07bf8f0af7b2c8045bfb257508c0135b2b338df34d2e312a28a2ba715e5b',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'leaky_relu__gpu__f64': Instance(
         name='leaky_relu__gpu__f64',
@@ -18234,6 +18375,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9bdd582db6a53f6260b0512d69a1acc6c34b0266d2f2e6bdd803aeefd442c419',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'leaky_relu__half__f16': Instance(
         name='leaky_relu__half__f16',
@@ -18293,6 +18435,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1bc255b56bd94c306ff465dcf561a0ef723247df7386fe273e21e9f856ce9b15',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log__cpu__f32': Instance(
         name='log__cpu__f32',
@@ -18344,6 +18487,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='84baa34be50c54434e46205eeaf5ff587412b914e904c660873b7910fb12c5e5',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'log__cpu__f64': Instance(
         name='log__cpu__f64',
@@ -18395,6 +18539,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1df243aafa3b05662d29c685a0935875bebcd9c8ccce9cca5bedcd5a61ae7915',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'log__generic__f16': Instance(
         name='log__generic__f16',
@@ -18446,6 +18591,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ae05c2f4cc0264545217c8f681353837a3e6685ba161c876807444038b9a843a',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log__generic__f32': Instance(
         name='log__generic__f32',
@@ -18497,6 +18643,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9de3c8bbb690e0c82a96e29da5d8035ec1585777db6dc6e43325da57db338ca3',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log__generic__f64': Instance(
         name='log__generic__f64',
@@ -18548,6 +18695,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='fcfe6f8cf1ba3c1021c4d35476df15cc43817881a41c0cb9776abcfa343d9612',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log__gpu__f32': Instance(
         name='log__gpu__f32',
@@ -18599,6 +18747,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c4289868d344e51f5596806d51d331cde14dca2dea93dcc315f1ca350f76ee1c',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'log__gpu__f64': Instance(
         name='log__gpu__f64',
@@ -18650,6 +18799,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='66816c3e73d39eaf58d271973b522c89bd2a640c4d939c39124030ef1615894a',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'log__half__f16': Instance(
         name='log__half__f16',
@@ -18701,6 +18851,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7ffc02f9381478843af8716a2858375308d1a93bedec16cfbe09bebb6ced655f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log_softmax__cpu__f32': Instance(
         name='log_softmax__cpu__f32',
@@ -18768,6 +18919,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c7eb6eecbfdea8320974a387f76de1ab0d62b89f5f4cdb75ec73b5cf138d5483',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log_softmax__cpu__f64': Instance(
         name='log_softmax__cpu__f64',
@@ -18835,6 +18987,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='872a7d894cf43f44e09f6a201bc8bbdfb7d4ddc3c03e24b2f6f7c72fcff1982e',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log_softmax__cpu_vec8__f32': Instance(
         name='log_softmax__cpu_vec8__f32',
@@ -18902,6 +19055,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a61c218042c40ca170fc2b400e3b4b1a647b12a6d383aeccc40f7b9c75207a25',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log_softmax__cpu_vec8__f64': Instance(
         name='log_softmax__cpu_vec8__f64',
@@ -18969,6 +19123,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4834bda651a2f49af209d9b84870e22ef8bd8046e1bb160a62dda22dab8d5c34',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log_softmax__generic__f16': Instance(
         name='log_softmax__generic__f16',
@@ -19036,6 +19191,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c7ba38664ee1121316089624f593b40f25013a5499de15fa5ea43b193dd9a7ff',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log_softmax__generic__f32': Instance(
         name='log_softmax__generic__f32',
@@ -19103,6 +19259,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f4f0105e1384d4f281ef810fd9933d1c4fcc1fde12de443c5818cb4b4128196f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log_softmax__generic__f64': Instance(
         name='log_softmax__generic__f64',
@@ -19170,6 +19327,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ab3ee4f20b3aa9d0208377ad12bfa69cb9263518a893fe44fa5d9183b748dd6e',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log_softmax__generic_fp16__f16': Instance(
         name='log_softmax__generic_fp16__f16',
@@ -19237,6 +19395,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1fc823b6c18452a959937020edec9ccbe7bfb2448f3a2e6d6d4203e765e60f2f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'log_softmax__gpu_workgroup__f32': Instance(
         name='log_softmax__gpu_workgroup__f32',
@@ -19304,6 +19463,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='645256766e85c1b14446304f4f6c180759974ce073a8119c486d4813b6523faf',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'log_softmax__gpu_workgroup__f64': Instance(
         name='log_softmax__gpu_workgroup__f64',
@@ -19371,6 +19531,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='e1d43421317e1904a7284459dfd61445b22088656d8f62b207f3ea5e3f949803',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'log_softmax__subgroup__f32': Instance(
         name='log_softmax__subgroup__f32',
@@ -19438,6 +19599,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='3cf03604017963315ac7d7935160e753705bc6cdcb4c87470104b65fad8f2a43',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'log_softmax__subgroup__f64': Instance(
         name='log_softmax__subgroup__f64',
@@ -19505,6 +19667,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a750d7f26f543201904d30681da1ce186e432106763e4d2b370a3b5910ac72a9',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'log_softmax__subgroup_intel__f32': Instance(
         name='log_softmax__subgroup_intel__f32',
@@ -19572,6 +19735,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='bd78e5a79e5e77993ccf1aee74d6a913db8215db3e97ad25bbd0dbb6c7c7f884',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'log_softmax__subgroup_intel__f64': Instance(
         name='log_softmax__subgroup_intel__f64',
@@ -19639,6 +19803,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ccd0a9a0bdcb721baeb92621b3a1244f919dfce15893711c1325eaf081bb8a47',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'matmul__cpu_blocked__f32__a_col__b_row': Instance(
         name='matmul__cpu_blocked__f32__a_col__b_row',
@@ -19738,6 +19903,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='dccf2265e1ddd58cea7c3955d52a0a725014ea587c7eeee8f576e67f5f1ec674',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
+        build_options='',
     ),
     'matmul__cpu_blocked__f32__a_row__b_row': Instance(
         name='matmul__cpu_blocked__f32__a_row__b_row',
@@ -19837,6 +20003,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='affa2bd7f9b85971a118d39d3a8fb311e059e09186649a99bdef65d7d7eeef54',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
+        build_options='',
     ),
     'matmul__cpu_blocked__f64__a_col__b_row': Instance(
         name='matmul__cpu_blocked__f64__a_col__b_row',
@@ -19936,6 +20103,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7b93ff88bb56afd3fbcdefd2bd10d8744d431192ca18797f04178395020c33f0',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
+        build_options='',
     ),
     'matmul__cpu_blocked__f64__a_row__b_row': Instance(
         name='matmul__cpu_blocked__f64__a_row__b_row',
@@ -20035,6 +20203,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a85a361a5939edf36d4ee372901d949f86a1b76eeb0ec74ae81fa9e5b376f1a5',
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
+        build_options='',
     ),
     'matmul__generic__f16__a_col__b_col': Instance(
         name='matmul__generic__f16__a_col__b_col',
@@ -20134,6 +20303,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='011444add0c0f2de89c7c3e63e899708354cb8fe46408162b1fb1838132ec5cc',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f16__a_col__b_row': Instance(
         name='matmul__generic__f16__a_col__b_row',
@@ -20233,6 +20403,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ec23c18238b4fe34840b0377451be24b8bb90230de1731c3ca18ca9e8c1ab206',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f16__a_row__b_col': Instance(
         name='matmul__generic__f16__a_row__b_col',
@@ -20332,6 +20503,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='15684c67fc8306368e53394504b5a3b3c25f61a2b7aa90858d72a0a9a332996b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f16__a_row__b_row': Instance(
         name='matmul__generic__f16__a_row__b_row',
@@ -20431,6 +20603,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='54654063046322165bd7a1b53688eeffd902faa6765a3eda5089b055ea95402d',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f32__a_col__b_col': Instance(
         name='matmul__generic__f32__a_col__b_col',
@@ -20530,6 +20703,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='3193b02e968b5f926a67fa360012baccc67d3f51843d2a50c9ccb7a8cb222df5',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f32__a_col__b_row': Instance(
         name='matmul__generic__f32__a_col__b_row',
@@ -20629,6 +20803,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='026ac262493cc61845bc04c3d3bd1d876138999e83be366bf80f9319a73c7c9c',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f32__a_row__b_col': Instance(
         name='matmul__generic__f32__a_row__b_col',
@@ -20728,6 +20903,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b3dbeb09a1a01ee90eef0b22b26e619c1e227a927fc902f93fa7a9cc116b45f9',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f32__a_row__b_row': Instance(
         name='matmul__generic__f32__a_row__b_row',
@@ -20827,6 +21003,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c006d4e7d0b825cce15f57715fee3b7bd1d10aef34b7f13ea55afae5fbe1d7bc',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f64__a_col__b_col': Instance(
         name='matmul__generic__f64__a_col__b_col',
@@ -20926,6 +21103,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a10a2fd64c4378b8948b4502e8c46a3c17e60fb8b5f5ba9a8fdeee701b18c2c2',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f64__a_col__b_row': Instance(
         name='matmul__generic__f64__a_col__b_row',
@@ -21025,6 +21203,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='989ac666f9f74a4e91de390a08741a37230a65717febfb050502ef1d64f6116e',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f64__a_row__b_col': Instance(
         name='matmul__generic__f64__a_row__b_col',
@@ -21124,6 +21303,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='95a9cc0d9e421dda6a7e2a5fc850a0af133cb5b78a8e70936734e91a8ed075ab',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic__f64__a_row__b_row': Instance(
         name='matmul__generic__f64__a_row__b_row',
@@ -21223,6 +21403,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='3ce8a7c45c558377a93983820b909b0e20389fb94b220c7085418fb609d993fe',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic_half__f16__a_col__b_col': Instance(
         name='matmul__generic_half__f16__a_col__b_col',
@@ -21322,6 +21503,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='36c8605b85c3aab801edcaa1b0edad2c10b7dbd9702504b181dcfe3377432017',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic_half__f16__a_col__b_row': Instance(
         name='matmul__generic_half__f16__a_col__b_row',
@@ -21421,6 +21603,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f8b6b381f6e96dafee86d2389b028b390c36f863c26e071d5f418b92360c3dfe',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic_half__f16__a_row__b_col': Instance(
         name='matmul__generic_half__f16__a_row__b_col',
@@ -21520,6 +21703,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9cb7da20bbc7b7a2d8f986b11a6be89af249c903d7b02f1533846be5ed7511c2',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__generic_half__f16__a_row__b_row': Instance(
         name='matmul__generic_half__f16__a_row__b_row',
@@ -21619,6 +21803,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='09e309cee9da6b2a7b908b480725dbadca798e3b0cbf1c601670bf8b9b67bdfc',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f16__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f16__a_col__b_col',
@@ -21718,6 +21903,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1a88b21eed2685ab767f5e41116865efb2986f0acfb9c0c5624018fc380e62e8',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f16__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f16__a_col__b_row',
@@ -21817,6 +22003,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='176249ad60aa75f375f21a9701c7852afd7505c96e63369b62eb09a4ed86c4b8',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f16__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f16__a_row__b_col',
@@ -21916,6 +22103,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1142b470a2bb142e27969dfd00e299d2c23a5740f4222034ad1a6d6b7428f22d',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f16__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f16__a_row__b_row',
@@ -22015,6 +22203,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b1885092b10a038d62df878568719d77d6ddbb5b513ebd1771c5c3c6406cd0ff',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f32__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f32__a_col__b_col',
@@ -22114,6 +22303,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='3183e7ee2401c34933976d96de911bce6163373914be728c00a5fe4ea7bdd1d2',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f32__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f32__a_col__b_row',
@@ -22213,6 +22403,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='35211d8c07de60f51f9c1f24f81210ee66eab792be230908343701b644d2a175',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f32__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f32__a_row__b_col',
@@ -22312,6 +22503,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1e2b591659ad875954692f83277a8bc458e7068bdf5083d3eb11a720bd5b1c54',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f32__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f32__a_row__b_row',
@@ -22411,6 +22603,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='94b5960545a1bc44b71c7db900bc7407e01cfa9d8847a727ba3d8715bb88ea50',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f64__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f64__a_col__b_col',
@@ -22510,6 +22703,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='3b33c34a2e3fe697ca54f1814c1153157aa9d05e90f8cd1609a13e500aa7a3a8',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f64__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f64__a_col__b_row',
@@ -22609,6 +22803,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='dad10b41e3ba3680b93d92fe316d3befeb700c15913b25392e16b41e846270c1',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f64__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f64__a_row__b_col',
@@ -22708,6 +22903,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='db7531c3f58507363b7c66d5ea714aa5c4a74b36355200f4d4869baed03eacc5',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'matmul__gpu_tiled__f64__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f64__a_row__b_row',
@@ -22807,6 +23003,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9070009e0607e291daf89484fcbe96f6b9106b7eabbeecbe8d593427011ee931',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'max__cpu__f32': Instance(
         name='max__cpu__f32',
@@ -22874,6 +23071,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5efb325e6111da2d0b0bda37521eb37fef979ed1b2bef2038a17034885a2b99a',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'max__cpu__f64': Instance(
         name='max__cpu__f64',
@@ -22941,6 +23139,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='65b9d9a14721473b5a0393037665d24fe96035c7b5292299724f98f01183b281',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'max__cpu__i32': Instance(
         name='max__cpu__i32',
@@ -23008,6 +23207,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6359819c1d246506b88c77710846975691d5a822bd01de81e7bb0c69c39f25cb',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'max__generic__f16': Instance(
         name='max__generic__f16',
@@ -23075,6 +23275,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ae5180ce2bf38d20c4d7b4d34709a1420ba1eb69005475ac3446d1d60441aff3',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'max__generic__f32': Instance(
         name='max__generic__f32',
@@ -23142,6 +23343,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7be66041d8f1e30ca43fadb6a32af4eea3e830a2dec54b65cd8bb17d8c50ee70',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'max__generic__f64': Instance(
         name='max__generic__f64',
@@ -23209,6 +23411,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c0d6719036da88a25c8d5c33465b17238ddedc4cc83b03ec767af40796a4d5d4',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'max__generic__i32': Instance(
         name='max__generic__i32',
@@ -23276,6 +23479,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9ebb1f0bf1204e049137442da89ddc1af9378d7d7cbfb0c65797e933f865fe0b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'max__generic_fp16__f16': Instance(
         name='max__generic_fp16__f16',
@@ -23343,6 +23547,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6e5564a54f1a6b57683fd233344b6942ea49503391b6bf05871d6a8d34d026e4',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'max__gpu_workgroup__f32': Instance(
         name='max__gpu_workgroup__f32',
@@ -23410,6 +23615,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='67d53c170f12e43e72181952fa53da2c76d899328fd359c7d3b256108ac716ed',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'max__gpu_workgroup__f64': Instance(
         name='max__gpu_workgroup__f64',
@@ -23477,6 +23683,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0c4de03765ce7f0b7593b645d763717fb5d21ae465664274d6a62de3c79d52b8',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'max__gpu_workgroup__i32': Instance(
         name='max__gpu_workgroup__i32',
@@ -23544,6 +23751,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='41c28bb124bc7cb9e4c89c035e50727e94b35396cb55fa168ba67c110a4ce990',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'maximum__cpu__f32': Instance(
         name='maximum__cpu__f32',
@@ -23691,6 +23899,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='dfc933f858c2b55a0e7cdbcbae0b12610b56f3e5910f7bb5d9da185a387e74cb',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'maximum__cpu__f64': Instance(
         name='maximum__cpu__f64',
@@ -23838,6 +24047,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7c1912b314a92c0d356d0c0c6a689eb293ff5bc23a7aec9a6f195fe279c94b22',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'maximum__cpu__i32': Instance(
         name='maximum__cpu__i32',
@@ -23985,6 +24195,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ba39453de09290e503c10cfa895096ba6782a4ee829063ba226503fd525971bd',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'maximum__generic__f16': Instance(
         name='maximum__generic__f16',
@@ -24132,6 +24343,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2aaa5f21680f44ab59f477520869f55ef927110a0fb893579f708eb6270abde8',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'maximum__generic__f32': Instance(
         name='maximum__generic__f32',
@@ -24279,6 +24491,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a2d820b38eae82cf98bd8581aab99a0f20474700ccac6c44367563614ea8101c',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'maximum__generic__f64': Instance(
         name='maximum__generic__f64',
@@ -24426,6 +24639,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='405449b8a22e1bf6af0740bf15cbbaa661c7a6674b93c06c696627013c622467',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'maximum__generic__i32': Instance(
         name='maximum__generic__i32',
@@ -24573,6 +24787,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='382db40c1304e40309cf3631f7e3bb33536e102ac71259e398093ba6e9a3967e',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'maximum__gpu__f32': Instance(
         name='maximum__gpu__f32',
@@ -24720,6 +24935,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='83b1e28059744702e5837cf212d641f3e6b5fd7dce4b539273359480f6254e6e',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'maximum__gpu__f64': Instance(
         name='maximum__gpu__f64',
@@ -24867,6 +25083,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9eede1ff97f4954f1adb90647c551154ec1c9ca16a77f9a6a73296fe6d44626c',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'maximum__gpu__i32': Instance(
         name='maximum__gpu__i32',
@@ -25014,6 +25231,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6a37a3777c60ab9671fab05f80ebe528302204a3a3e7d4bd16d126a86684179d',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'maximum__half__f16': Instance(
         name='maximum__half__f16',
@@ -25161,6 +25379,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4fa6d42fcd08c26a7516095218e2887aee997e985ec0703c5bc3b5bab902bd5c',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mean__cpu__f32': Instance(
         name='mean__cpu__f32',
@@ -25228,6 +25447,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='23f5318b30a968aa0782c81584e81971562ab3365e6bfc5782793b0fa3465ecc',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mean__cpu__f64': Instance(
         name='mean__cpu__f64',
@@ -25295,6 +25515,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='855d49a58d7cef8bcf01f50199af8106d018f2935a2f96944c368726409105f1',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mean__generic__f16': Instance(
         name='mean__generic__f16',
@@ -25362,6 +25583,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d52c10909a962d89518a18f4c84fddff4d49854f22e75d92afa7026aa59f434d',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mean__generic__f32': Instance(
         name='mean__generic__f32',
@@ -25429,6 +25651,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7e75bdea93848bd7c8506a8e569541c3c1733aee0559c7619d0e34e969556c09',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mean__generic__f64': Instance(
         name='mean__generic__f64',
@@ -25496,6 +25719,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='cbeba6a01f9659557b805ea1e0c01addeb4141bea228f1c32a145eb6f930a5cf',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mean__generic_fp16__f16': Instance(
         name='mean__generic_fp16__f16',
@@ -25563,6 +25787,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b2637a210119c90581d310770f6337ed782d54f4346c1b9ad7e820843c21e17a',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mean__gpu_workgroup__f32': Instance(
         name='mean__gpu_workgroup__f32',
@@ -25630,6 +25855,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6f77dec7eff5c00fe55359fa3c688418ef484104d29b12056a56ab2416f16278',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'mean__gpu_workgroup__f64': Instance(
         name='mean__gpu_workgroup__f64',
@@ -25697,6 +25923,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='8655f210a9998e7c1c86194646993d1dabc04dbc1e8673cf529c2805f0976138',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'mean__subgroup__f32': Instance(
         name='mean__subgroup__f32',
@@ -25764,6 +25991,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='197d4f112bc09a62f81d747cbaf23a2f9ca966a2bea49b4f2db0218b42bb6dbb',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'mean__subgroup__f64': Instance(
         name='mean__subgroup__f64',
@@ -25831,6 +26059,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='3fde04dc4cbb08f6b8030ed92fdfa99cb4f640455f5a96f51bb06cc892047e37',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'mean__subgroup_intel__f32': Instance(
         name='mean__subgroup_intel__f32',
@@ -25898,6 +26127,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='e6f35b855b0b1dd70226a3defc998686d5c10c3894c822a126f85b50e5e7d6c6',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'mean__subgroup_intel__f64': Instance(
         name='mean__subgroup_intel__f64',
@@ -25965,6 +26195,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5ce5988695b4ebdbb5797461ad4372abc12177e74f14ff3040ac156322ac9077',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'min__cpu__f32': Instance(
         name='min__cpu__f32',
@@ -26032,6 +26263,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='58a89809d135aaaf36fe3fdf25b0203a3cd5cb0c551d783cc1b8b2112ae4e437',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'min__cpu__f64': Instance(
         name='min__cpu__f64',
@@ -26099,6 +26331,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='42e1b996bcb4c344bb2afb3a695027a1d8090143a8347231a9496f2cf602e1e1',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'min__cpu__i32': Instance(
         name='min__cpu__i32',
@@ -26166,6 +26399,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='152cd2c7084b5a98a8d6606d2afa0731ceadaa28a865d88ee451507cdcb7cef0',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'min__generic__f16': Instance(
         name='min__generic__f16',
@@ -26233,6 +26467,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b850c22c35e2a46ba62bff8dd14002e4b1238b1f6eef90ca77b8a35e9c5cc3fa',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'min__generic__f32': Instance(
         name='min__generic__f32',
@@ -26300,6 +26535,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2c7876ae8cdd429e9b8c9620409ca60bf88f7325a692783290746e3b858c4092',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'min__generic__f64': Instance(
         name='min__generic__f64',
@@ -26367,6 +26603,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0ab72c9af72105201a17fe4aef469a8496255f1835efbf33889f57114da8b180',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'min__generic__i32': Instance(
         name='min__generic__i32',
@@ -26434,6 +26671,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4247cec7f1cb2eb6db309ac7fb37ff34505a1b291bf4fb6767b6e16aec62b7ce',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'min__generic_fp16__f16': Instance(
         name='min__generic_fp16__f16',
@@ -26501,6 +26739,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='896e41061fa67cc8c18e4093bda83ede382062c850825a3662d719da4b945fe2',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'min__gpu_workgroup__f32': Instance(
         name='min__gpu_workgroup__f32',
@@ -26568,6 +26807,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9a39f95f0ef779e4d0e0ab206668f11a6bfcc9a230943f8e06115974aab79122',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'min__gpu_workgroup__f64': Instance(
         name='min__gpu_workgroup__f64',
@@ -26635,6 +26875,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='043fe2c2aefdd5c3d0df8082ce1341f54903d878d326c48a7049b92aa7c3ca23',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'min__gpu_workgroup__i32': Instance(
         name='min__gpu_workgroup__i32',
@@ -26702,6 +26943,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f3c86c4116d94b0a43b882606ef594e6e1cc12d2190be7affb561e470d677943',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'minimum__cpu__f32': Instance(
         name='minimum__cpu__f32',
@@ -26849,6 +27091,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1b8a9cf35ce0c21056f247d0693160f58ebf8621ee67dfae4f9363484ec6332c',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'minimum__cpu__f64': Instance(
         name='minimum__cpu__f64',
@@ -26996,6 +27239,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='646835ed79e7185d489910f087187f37b516a3fae5265b38b31708d5f8921c20',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'minimum__cpu__i32': Instance(
         name='minimum__cpu__i32',
@@ -27143,6 +27387,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='585d76aee9f4e6ec6256392cb3e96c684fdc9d581fb04f4af1afc94b7ed7d47f',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'minimum__generic__f16': Instance(
         name='minimum__generic__f16',
@@ -27290,6 +27535,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5941aa6044d918fede4d90fc72dbc91156c7a8078a0e449182fbd3ee0ad97b37',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'minimum__generic__f32': Instance(
         name='minimum__generic__f32',
@@ -27437,6 +27683,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='941c7743475f4702cdc15c164219669d3d54c529ee2843916de45be42aecc211',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'minimum__generic__f64': Instance(
         name='minimum__generic__f64',
@@ -27584,6 +27831,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='75b6c79caa34ac097702a57728b744f156706332b4eb1cf35e8d1199458d9e3d',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'minimum__generic__i32': Instance(
         name='minimum__generic__i32',
@@ -27731,6 +27979,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6ddc1fc97acda7196c87e76ca34cea90d88cc6f078efc974996efb2d2690ce28',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'minimum__gpu__f32': Instance(
         name='minimum__gpu__f32',
@@ -27878,6 +28127,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='66366d1c480dc6e7dcc35ec620458236ba3d0169f6aae011950eac4a23bbf05d',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'minimum__gpu__f64': Instance(
         name='minimum__gpu__f64',
@@ -28025,6 +28275,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6c5d979b999ee429cbe9f44a7ff170dc7c9dd1959afd70c8f983d44d2fc31361',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'minimum__gpu__i32': Instance(
         name='minimum__gpu__i32',
@@ -28172,6 +28423,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='06d8922a0700523c9b9540cd8fbb05947a13c500d82f4ef37c9685a26a56433c',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'minimum__half__f16': Instance(
         name='minimum__half__f16',
@@ -28319,6 +28571,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c2c58f77f64f2b93b9cfb6bb8f42d8ea19bf1c30e30419f911631df7b043de20',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mul__cpu__f32': Instance(
         name='mul__cpu__f32',
@@ -28466,6 +28719,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='188dc82e02589b8bb82f1e7105e2ec89314072270e4ba1f0d81a1d99a0516698',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'mul__cpu__f64': Instance(
         name='mul__cpu__f64',
@@ -28613,6 +28867,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b64307edccbba8e418f62365223a8b80aeb34b99f0ae89262ea14af3d54b4ed5',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'mul__cpu__i32': Instance(
         name='mul__cpu__i32',
@@ -28760,6 +29015,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a5e4bc50e815fe776a931d39e68f8bef4032d75948efd1a4b4fed1817cca6a90',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'mul__generic__f16': Instance(
         name='mul__generic__f16',
@@ -28907,6 +29163,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='eb54eea03300305dd7d2a8977794444c4140c3dc00cf723ae2a9743a947ace33',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mul__generic__f32': Instance(
         name='mul__generic__f32',
@@ -29054,6 +29311,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6f5dfc78c4c2ed097b4dd57a8bc5d1d05cedacbed0d4405d761c4309af1f36c1',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mul__generic__f64': Instance(
         name='mul__generic__f64',
@@ -29201,6 +29459,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='73d488e772af8b5fb2be8a83a242a0c727a6762761e3aed1f27f29114f4f589a',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mul__generic__i32': Instance(
         name='mul__generic__i32',
@@ -29348,6 +29607,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='268ef448d873da6393a78d9799efb38852e5dfb9551e7cf6b0901bf28b98dabc',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'mul__gpu__f32': Instance(
         name='mul__gpu__f32',
@@ -29495,6 +29755,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='901da3b3b69a85e474dfac3e6e2495eef216855aeeaa7e64a279befa72298feb',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'mul__gpu__f64': Instance(
         name='mul__gpu__f64',
@@ -29642,6 +29903,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f2913029027dd647098f240a07c6d457006ff0fb3a9810b80cbd876f071ba695',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'mul__gpu__i32': Instance(
         name='mul__gpu__i32',
@@ -29789,6 +30051,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f60e9353fdf9bd0a726038eafd7b47f000ddfc1fa9d7b2e852bb2d37280299d1',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'mul__half__f16': Instance(
         name='mul__half__f16',
@@ -29936,6 +30199,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='167b40ae9fb18c7ca97db0468daa3eeb9ddb7f1517ee8a7cc5a154d49eb8bf2f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'neg__cpu__f32': Instance(
         name='neg__cpu__f32',
@@ -29987,6 +30251,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0725ff918508e96a79e1f3719235bd902651106aa0eaca318e563c03d6b655e2',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'neg__cpu__f64': Instance(
         name='neg__cpu__f64',
@@ -30038,6 +30303,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2ef6803af5b504552fd4e62f64d50267506316136be7e7fbbc64f86498006ef4',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'neg__cpu__i32': Instance(
         name='neg__cpu__i32',
@@ -30089,6 +30355,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='e8fe478d1f3071c3e65fe7e1d815666602fa30457ecbd964660103dc00af5ec1',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'neg__generic__f16': Instance(
         name='neg__generic__f16',
@@ -30140,6 +30407,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='dc6f6a076016a579ea54347cdded487990ded1c6dfe7e9c7a5aea5be3085970f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'neg__generic__f32': Instance(
         name='neg__generic__f32',
@@ -30191,6 +30459,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='46a0a60d2e21a64197bed3eb5164f89b8d5b51431eb3dd5656f18c5a4b5d7c86',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'neg__generic__f64': Instance(
         name='neg__generic__f64',
@@ -30242,6 +30511,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='033807074c63dd47017673877d5ba57c9fb24733037f4d03782ca5419adfd7cd',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'neg__generic__i32': Instance(
         name='neg__generic__i32',
@@ -30293,6 +30563,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f9172f6e6a58096e9df2a431ea259f68d356ddae999245adcbe679b161610a3e',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'neg__gpu__f32': Instance(
         name='neg__gpu__f32',
@@ -30344,6 +30615,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7e239366031dc6ffe21528053b2ccf74a9626d1f3c10ca06ceff7c4f847c4ae3',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'neg__gpu__f64': Instance(
         name='neg__gpu__f64',
@@ -30395,6 +30667,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='49badcd9e1a99280856e2be696255d57b1f76607abf313fca66f535b042780ab',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'neg__gpu__i32': Instance(
         name='neg__gpu__i32',
@@ -30446,6 +30719,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2c30af3d158599602a2e5a73de7318b9d82f886b08017a6e8291782d6027e0e7',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'neg__half__f16': Instance(
         name='neg__half__f16',
@@ -30497,6 +30771,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4eb0756ea9f49db785667e9a66d19dee709d9306fbc983272ed53b329611f76a',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'permute__cpu__f16': Instance(
         name='permute__cpu__f16',
@@ -30636,6 +30911,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ad874b22dc05a8c6fc33119102442b6070b3e18181d24b5e8881c314f7125e98',
         tunables=(('TB', (8, 16, 32)), ('TC', (256, 1024, 4096))),
         constraints=('TC % TB == 0',),
+        build_options='',
     ),
     'permute__cpu__f32': Instance(
         name='permute__cpu__f32',
@@ -30775,6 +31051,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='669fbb039586fca6bfb015555a7f1c775bde87fada986d22248c3a7ae72f6649',
         tunables=(('TB', (8, 16, 32)), ('TC', (256, 1024, 4096))),
         constraints=('TC % TB == 0',),
+        build_options='',
     ),
     'permute__cpu__f64': Instance(
         name='permute__cpu__f64',
@@ -30914,6 +31191,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d6bc2f1ead746d8024fd1fa1f50162aeecdfc027453b4258ddb25d6365f0722f',
         tunables=(('TB', (8, 16, 32)), ('TC', (256, 1024, 4096))),
         constraints=('TC % TB == 0',),
+        build_options='',
     ),
     'permute__cpu__i32': Instance(
         name='permute__cpu__i32',
@@ -31053,6 +31331,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='570ecc78b2faf6bdfebb183ae8a43337946c76070621059cf39244fc263b31bf',
         tunables=(('TB', (8, 16, 32)), ('TC', (256, 1024, 4096))),
         constraints=('TC % TB == 0',),
+        build_options='',
     ),
     'permute__generic__f16': Instance(
         name='permute__generic__f16',
@@ -31192,6 +31471,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='8f9a7720c0184c7d917dc6808a6e4ed913b17427946487b2903a5eaaee580b29',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'permute__generic__f32': Instance(
         name='permute__generic__f32',
@@ -31331,6 +31611,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4581fbd4c2b705255b1d09cfecd8b8966ac8781d5c01dc211aa58696546fc4b5',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'permute__generic__f64': Instance(
         name='permute__generic__f64',
@@ -31470,6 +31751,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f2537764172acb23752ef923d14a0f8b632c3faaee20286b61f0fcd8cc2e1b81',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'permute__generic__i32': Instance(
         name='permute__generic__i32',
@@ -31609,6 +31891,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5d430bf4ea2dae489103792138045ab420daa9026d2db83825971972e3bb36a1',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'permute__gpu_tiled__f16': Instance(
         name='permute__gpu_tiled__f16',
@@ -31748,6 +32031,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='cbe76f041cad859bb676470390f73db4ab1e7b9030ccd7adb2f603ce64537901',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'permute__gpu_tiled__f32': Instance(
         name='permute__gpu_tiled__f32',
@@ -31887,6 +32171,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b7edc4d4685795a132956cb0a8f604e4ccdf6b78cda59854a08126857254cf20',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'permute__gpu_tiled__f64': Instance(
         name='permute__gpu_tiled__f64',
@@ -32026,6 +32311,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='dad95106872ef4f6529674a3b414439e7e752dfc77e822639ee1c0941bdb2158',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'permute__gpu_tiled__i32': Instance(
         name='permute__gpu_tiled__i32',
@@ -32165,6 +32451,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5ac056a992a7e24d70f62ff5e635b88ecd9a74f4a27474fc3102568bc32bb138',
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
+        build_options='',
     ),
     'pow__cpu__f32': Instance(
         name='pow__cpu__f32',
@@ -32312,6 +32599,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ca079a7b4979f2498fc61061e5673e3dcc473389100a51c4eeaf91a0ee519aee',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'pow__cpu__f64': Instance(
         name='pow__cpu__f64',
@@ -32459,6 +32747,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='97010433148eec7a7042cc88b20c0f876641710b94ce30bd2b0469f7af77dee4',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'pow__generic__f16': Instance(
         name='pow__generic__f16',
@@ -32606,6 +32895,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7210c12516276e7c80d01704f74eb279f02d75d6b91d388238f81efa9195d6d2',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'pow__generic__f32': Instance(
         name='pow__generic__f32',
@@ -32753,6 +33043,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='21987b9d12cba147b5f3fe8b2faef806dfbdc92458a7dd001febb57307b9022f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'pow__generic__f64': Instance(
         name='pow__generic__f64',
@@ -32900,6 +33191,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='942810e71f3d7323bb872b20db9c9fc94512aa639083928885e5f1474a579bbc',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'pow__gpu__f32': Instance(
         name='pow__gpu__f32',
@@ -33047,6 +33339,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='bfb3d2927f9632d3fea7c5316199214e019b99ca49bdeb9473713dd35530b665',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'pow__gpu__f64': Instance(
         name='pow__gpu__f64',
@@ -33194,6 +33487,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ba3634ac8cee3ff6f48401f5b358892e5bc99205bf61f5fa6f449348ef94a3d2',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'pow__half__f16': Instance(
         name='pow__half__f16',
@@ -33341,6 +33635,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7d2446fa455f25554c0176809731c97eb58a2db8e14a149473bf0f0b2c7e1dca',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'relu__cpu__f32': Instance(
         name='relu__cpu__f32',
@@ -33392,6 +33687,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='25d1ee230862e217699b850513c1c002fe84ec45dd03a90957c219fcc2dab266',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'relu__cpu__f64': Instance(
         name='relu__cpu__f64',
@@ -33443,6 +33739,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='771ae3ef66280df4ed8eed0eeb0b2eee6a8b02bb75c80c3c9bde68a8fc19d0a4',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'relu__cpu__i32': Instance(
         name='relu__cpu__i32',
@@ -33494,6 +33791,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2858fd9638aad5fcefa0abf7084ae677f3fa137195b66d84f2af8b80122dcccb',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'relu__generic__f16': Instance(
         name='relu__generic__f16',
@@ -33545,6 +33843,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='8a13966797ce34175f88ee8b41d55d46cf2b440dd12d5ae1776236e23ba4006b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'relu__generic__f32': Instance(
         name='relu__generic__f32',
@@ -33596,6 +33895,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c27e9d0618f7bf07707df5bf19db00391130a218a706c6eaab34070727e9b07b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'relu__generic__f64': Instance(
         name='relu__generic__f64',
@@ -33647,6 +33947,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='27a19f6a69e4e84808b2c866276cb1666fb2927cbaba04c03f051acd63c4fc2b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'relu__generic__i32': Instance(
         name='relu__generic__i32',
@@ -33698,6 +33999,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='037dd20272d93a81ba9748f69e85a0efa12ac004b25593c578f1fdcf02b2bf9e',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'relu__gpu__f32': Instance(
         name='relu__gpu__f32',
@@ -33749,6 +34051,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f8981aa6b0c5bd30676b01b21718a879862891c2ed09f36fadb195add367b466',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'relu__gpu__f64': Instance(
         name='relu__gpu__f64',
@@ -33800,6 +34103,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1488eb60ce69c0c361660baa327aeb8dc0c37d3de5129ade8a82dde4fbfec176',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'relu__gpu__i32': Instance(
         name='relu__gpu__i32',
@@ -33851,6 +34155,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5c1fa6a7aabca00ed93e47418b91a6c763c74c243fbe3b06aaeeaad9a4ec5d31',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'relu__half__f16': Instance(
         name='relu__half__f16',
@@ -33902,6 +34207,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='016a3b1f87cefd8b6efdf08e5cc3d08cce93b7b070e5c7cc9d1508a94aa44fc4',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'rms_norm__cpu__f32': Instance(
         name='rms_norm__cpu__f32',
@@ -33977,6 +34283,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d02b579f227da70252cb1d7d5e7c3090d924dcc345687c804ce1dd894fcda99b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'rms_norm__cpu__f64': Instance(
         name='rms_norm__cpu__f64',
@@ -34052,6 +34359,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='74d0409f5838b5fb86f8bf5b45fe2d73e5b3042ad96c1c4fe75fb0eb44b498ce',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'rms_norm__generic__f16': Instance(
         name='rms_norm__generic__f16',
@@ -34127,6 +34435,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0166307e1a8a4a9da12d416f5a0cf89997eb06073d49ed689dc4226f9bcbc6e2',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'rms_norm__generic__f32': Instance(
         name='rms_norm__generic__f32',
@@ -34202,6 +34511,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='e427c9227d72a4af2d2e35037870cec39ffaa885f2366bc4fe198241e1318aa7',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'rms_norm__generic__f64': Instance(
         name='rms_norm__generic__f64',
@@ -34277,6 +34587,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2c982b638b4024b146efe4d33a010d04dbc6123455e9547d673328330e78e08f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'rms_norm__generic_fp16__f16': Instance(
         name='rms_norm__generic_fp16__f16',
@@ -34352,6 +34663,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='8eee87b64c904f4835a6e2fd4050ce2a7edb3c723c23066f6d47d9d26b2b4d9f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'rms_norm__gpu_workgroup__f32': Instance(
         name='rms_norm__gpu_workgroup__f32',
@@ -34427,6 +34739,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='64659a46f8def8cecc7189bffa44f71fade90bb2adf8247e89ae9e9f460c8817',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'rms_norm__gpu_workgroup__f64': Instance(
         name='rms_norm__gpu_workgroup__f64',
@@ -34502,6 +34815,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='029fe82398239a4bdedf604fece6beb40f3c6831025950561ba52c6cd111f675',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'rsqrt__cpu__f32': Instance(
         name='rsqrt__cpu__f32',
@@ -34553,6 +34867,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='91eb46c28cd81e20fb0f6685edcd1831abcfefc7b97f2d5a0234dd208ab95baf',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'rsqrt__cpu__f64': Instance(
         name='rsqrt__cpu__f64',
@@ -34604,6 +34919,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d91d6265214185680fb123542e6ba336ebc0b4aa10342db3d027dac73183529d',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'rsqrt__generic__f16': Instance(
         name='rsqrt__generic__f16',
@@ -34655,6 +34971,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7a69460069a660088cfd269e4f9b125dbccb98d1d6cdb2f4cf97bdea2079d483',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'rsqrt__generic__f32': Instance(
         name='rsqrt__generic__f32',
@@ -34706,6 +35023,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2da7f6677a6bfa8639dda96954ba2b063c798b91c6ed90178b858b4f473f95a3',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'rsqrt__generic__f64': Instance(
         name='rsqrt__generic__f64',
@@ -34757,6 +35075,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5f1731ad7a8f7fe5d9258801888730c4806cc849a72054b05e7b57bd5e201910',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'rsqrt__gpu__f32': Instance(
         name='rsqrt__gpu__f32',
@@ -34808,6 +35127,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d461f542c01194b237adfcb9eef515a52a7905175ad01d2121583726d6f916e6',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'rsqrt__gpu__f64': Instance(
         name='rsqrt__gpu__f64',
@@ -34859,6 +35179,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7b6919d86cedee91ae07aa4a5a8a0f30b7790574f9b5178819e96a4ba725a232',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'rsqrt__half__f16': Instance(
         name='rsqrt__half__f16',
@@ -34910,6 +35231,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7a6fa15cdd32250d0392e13ba092a9a50ce9de9b1b416083e8dc85f9053016f8',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sigmoid__cpu__f32': Instance(
         name='sigmoid__cpu__f32',
@@ -34961,6 +35283,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ae4b5b04bab65cb2ce378374934773ba79b6dbecc9512f33bcc50eef5925806e',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'sigmoid__cpu__f64': Instance(
         name='sigmoid__cpu__f64',
@@ -35012,6 +35335,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='548657f585550f1b7f4179814f52c79a9850a3ef29202a6783ffaf199817c5eb',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'sigmoid__generic__f16': Instance(
         name='sigmoid__generic__f16',
@@ -35063,6 +35387,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='97ddae924127eaca43b999a079f4c22230dc0f4ceb6fc7c2a2bba56234713e61',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sigmoid__generic__f32': Instance(
         name='sigmoid__generic__f32',
@@ -35114,6 +35439,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9914f01a3176e4953edb95900ae33c10593eb31676e3f9bec7e9f3ada4a16f94',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sigmoid__generic__f64': Instance(
         name='sigmoid__generic__f64',
@@ -35165,6 +35491,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='8c5ffb9f8e531232bd692324d41f45e82777090f87e9cba965b795fd3fdcb8c5',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sigmoid__gpu__f32': Instance(
         name='sigmoid__gpu__f32',
@@ -35216,6 +35543,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='272ded13f035432bc64158701f98d1080e9279affbc77e5ab686eff8b20c4101',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'sigmoid__gpu__f64': Instance(
         name='sigmoid__gpu__f64',
@@ -35267,6 +35595,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9fbb017e4798a745899450dae8f16fa123a02b5681ae4e3c8a785d80c0daf864',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'sigmoid__half__f16': Instance(
         name='sigmoid__half__f16',
@@ -35318,6 +35647,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='94ea3479d5a9bede78286a60556a169b3e57fad260c35595e4369f4396ee837a',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'silu__cpu__f32': Instance(
         name='silu__cpu__f32',
@@ -35369,6 +35699,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='759d7c99e80260868edc54ecead801f3695e83edba448fa7d3b1860cf72a49e7',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'silu__cpu__f64': Instance(
         name='silu__cpu__f64',
@@ -35420,6 +35751,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='cb9d5d3fe8daaa1087107ae1ae10689dad20820919f248008619be7b1bfe4d16',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'silu__generic__f16': Instance(
         name='silu__generic__f16',
@@ -35471,6 +35803,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='764e230b7ac8315ca29498d8e0bf48a6035bb59664c55923293138054c279085',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'silu__generic__f32': Instance(
         name='silu__generic__f32',
@@ -35522,6 +35855,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6025dda667500f9daef00ccc36d7b27e89c43a74281651919c373cc356dcca61',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'silu__generic__f64': Instance(
         name='silu__generic__f64',
@@ -35573,6 +35907,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2b4b415e93b92bd76fde80b2d06ed382ff7aa55fe84615ec59a2d0d900e68d24',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'silu__gpu__f32': Instance(
         name='silu__gpu__f32',
@@ -35624,6 +35959,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2aff6fecbacc0ba64d4814a4cb0defd4dd26c9d609e0fe98d94677e050e5aff9',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'silu__gpu__f64': Instance(
         name='silu__gpu__f64',
@@ -35675,6 +36011,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a49244accd8bbed555ecc09820a47b6dcb6f5e40b123b69648149e0abd3a6a62',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'silu__half__f16': Instance(
         name='silu__half__f16',
@@ -35726,6 +36063,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0a92e45c3e6b4f45c080b961eb57d0e8e39ba7af945fd539f75f0dc00385f894',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'softmax__cpu__f32': Instance(
         name='softmax__cpu__f32',
@@ -35793,6 +36131,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d02c8695e19682f4d2b9f1a41bc80c94f38759be06f1a582d9aa7a1cef012608',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'softmax__cpu__f64': Instance(
         name='softmax__cpu__f64',
@@ -35860,6 +36199,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='07df6ffafe661a571e9c7e869b2b7a680ddb6e536e3270039ddfc002bb23e441',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'softmax__cpu_vec8__f32': Instance(
         name='softmax__cpu_vec8__f32',
@@ -35927,6 +36267,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='e740c8ee704d87afc4402c9faab03ab1badc65ff3fc9750a4037a9f82bf6b35b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'softmax__cpu_vec8__f64': Instance(
         name='softmax__cpu_vec8__f64',
@@ -35994,6 +36335,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='08e56a35ebac6c8787b3218de24a2c6357044c036f7858abe77b0313622e22d6',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'softmax__generic__f16': Instance(
         name='softmax__generic__f16',
@@ -36061,6 +36403,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='14c5312ee83f801819d598cca886837ab4a25527b9302d00455c1ab96885cc5c',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'softmax__generic__f32': Instance(
         name='softmax__generic__f32',
@@ -36128,6 +36471,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='888eebf23671c90c70fe01947d3dce6cbe6133ef93cf1e0a9cea0ebad5c73af5',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'softmax__generic__f64': Instance(
         name='softmax__generic__f64',
@@ -36195,6 +36539,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='108d3066144cf65410b49e40a21a93f75e49e21e1152314d4756007e8b58f790',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'softmax__generic_fp16__f16': Instance(
         name='softmax__generic_fp16__f16',
@@ -36262,6 +36607,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='feedee180063f2fe640c42432330dcad60a74a747ac4cda468c6f237e4c9ccb9',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'softmax__gpu_workgroup__f32': Instance(
         name='softmax__gpu_workgroup__f32',
@@ -36329,6 +36675,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a53f0ffbde816799b618c5807a8aaa6204f104848f70d3ad359395a6e8d3ad78',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'softmax__gpu_workgroup__f64': Instance(
         name='softmax__gpu_workgroup__f64',
@@ -36396,6 +36743,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='e13c976caebaf1b65cbf8e38cf76968b08f7ebd566f477b8662de2aa42552d5a',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'softmax__subgroup__f32': Instance(
         name='softmax__subgroup__f32',
@@ -36463,6 +36811,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='7fe8e30ab109a89e0518cc3d83e4ce884f50831c0591b2040576593196fb857d',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'softmax__subgroup__f64': Instance(
         name='softmax__subgroup__f64',
@@ -36530,6 +36879,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='bef6dc001978b8e448f2a73d8391e2069971d4d43263d5c07b98f31bb57ed0ab',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'softmax__subgroup_intel__f32': Instance(
         name='softmax__subgroup_intel__f32',
@@ -36597,6 +36947,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ac4a1fa6b37f593fde1ffc435cdce3e14484f063920b74a6635ccd4f20450f44',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'softmax__subgroup_intel__f64': Instance(
         name='softmax__subgroup_intel__f64',
@@ -36664,6 +37015,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='24d9eeed9caef8e56e069afd40ca02bf6640b9d7cf7194801a5332a9fc3edf20',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'sqrt__cpu__f32': Instance(
         name='sqrt__cpu__f32',
@@ -36715,6 +37067,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b436a690f603f33f263b196b41485a067d8200c8e526b59a4fec7c045848a4cf',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'sqrt__cpu__f64': Instance(
         name='sqrt__cpu__f64',
@@ -36766,6 +37119,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a7471975d3f5a6f719ff57aa27a93138622e12da99fb5fd6306450d104602605',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'sqrt__generic__f16': Instance(
         name='sqrt__generic__f16',
@@ -36817,6 +37171,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='ae80fcd54dc7d676ba064dc7d295449b5bdebf6f3a4e1bff69585278c7ef2ae5',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sqrt__generic__f32': Instance(
         name='sqrt__generic__f32',
@@ -36868,6 +37223,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0b441364bb0f5c92ee98c19b9854971ef6ab7f22e429eb526ad591798c344cff',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sqrt__generic__f64': Instance(
         name='sqrt__generic__f64',
@@ -36919,6 +37275,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0bcc851456f86ff0f7f02112c8b337bab83128c29423e8ab0c883fab5d8f7ebe',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sqrt__gpu__f32': Instance(
         name='sqrt__gpu__f32',
@@ -36970,6 +37327,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='d9850dfa934641498036fb589976b3fe129b90647b738ed1f08a0d736fe447a4',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'sqrt__gpu__f64': Instance(
         name='sqrt__gpu__f64',
@@ -37021,6 +37379,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='5c989191b35e3331296e3627e1db87c7de1763c868a620ca941814168c9f33bc',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'sqrt__half__f16': Instance(
         name='sqrt__half__f16',
@@ -37072,6 +37431,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f301f859ea261b2752352f1ba1f4ac0640af83483002afffce3651c897982242',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sub__cpu__f32': Instance(
         name='sub__cpu__f32',
@@ -37219,6 +37579,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4ff3ee5e8adbebc7f0dfe19d8720936f243ea9e32a907f1077c1b0fa8e98b797',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'sub__cpu__f64': Instance(
         name='sub__cpu__f64',
@@ -37366,6 +37727,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='8832ce7fada995b64d970aeb21626d47653380131b4bac2335c5f30ef3399590',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'sub__cpu__i32': Instance(
         name='sub__cpu__i32',
@@ -37513,6 +37875,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='4efcd9009f0b7b77908e56f661e8757fe0ac4df391e0c74cd8de5a540950d5ac',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'sub__generic__f16': Instance(
         name='sub__generic__f16',
@@ -37660,6 +38023,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='e6ae50938c32085d6c76035b305a1dc1933eba4aff19c644a92a59e971e3fd6b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sub__generic__f32': Instance(
         name='sub__generic__f32',
@@ -37807,6 +38171,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1210273300d497ef9f640c9dc6c5b5dabad0b454873554951fb570b5ef9bce06',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sub__generic__f64': Instance(
         name='sub__generic__f64',
@@ -37954,6 +38319,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0c60c333b4df9f246661ee556938b4f8af17ded4f400bd17871085f5545b4daf',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sub__generic__i32': Instance(
         name='sub__generic__i32',
@@ -38101,6 +38467,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='fda72ed1ba7bb61df668cbf5922c4bc84d7469d634631ddc08507e8227678e4a',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sub__gpu__f32': Instance(
         name='sub__gpu__f32',
@@ -38248,6 +38615,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='0a305c1379f60708c54a332f8bc556211e2e0238d46ea36445e6dc646c10a4ce',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'sub__gpu__f64': Instance(
         name='sub__gpu__f64',
@@ -38395,6 +38763,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='93ad0f9f2066a5d6fe0a45d3c77fa8b4d193c60787afc53daf70a9a2238fefe9',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'sub__gpu__i32': Instance(
         name='sub__gpu__i32',
@@ -38542,6 +38911,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='8fefcbee71655d67784293e03ab27f741a116e758f98e6d1a143e294cf0d10a0',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'sub__half__f16': Instance(
         name='sub__half__f16',
@@ -38689,6 +39059,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='60d9e18754d79f22eef6df1fe8338eb939d3b76cafd17f02be00e5da651076b1',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sum__cpu__f32': Instance(
         name='sum__cpu__f32',
@@ -38756,6 +39127,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b5a5641df2f0ab3950c659ceb35d749ec8893375f825838a89ed87e50b8a8a4c',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sum__cpu__f64': Instance(
         name='sum__cpu__f64',
@@ -38823,6 +39195,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='a1fc23ebf4713bfa63676102f92c2b9714d17b98f927afd3daca1da2ed72b201',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sum__cpu__i32': Instance(
         name='sum__cpu__i32',
@@ -38890,6 +39263,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='bff12afc8fdae9651f66529945c59496bf9f88e8881162b8004cfe910530fc82',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sum__generic__f16': Instance(
         name='sum__generic__f16',
@@ -38957,6 +39331,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='102414188de7067eb5fe73dd6c1be6725e42ac0019064a86bfe9510bb37c7b52',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sum__generic__f32': Instance(
         name='sum__generic__f32',
@@ -39024,6 +39399,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='bd3b2900f218f4f3d39aee00aae333dce600500d6bdd9383aa2b1cf05e23978e',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sum__generic__f64': Instance(
         name='sum__generic__f64',
@@ -39091,6 +39467,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='50e4bb29b1d6ac9997c038027358b9316bbd7e2ae7f4597a14c7e0233571f1d6',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sum__generic__i32': Instance(
         name='sum__generic__i32',
@@ -39158,6 +39535,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c64ad58c22c6385f4639c35b07c6e646bbddbd65e2b151a7b24c4b082e875e9f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sum__generic_fp16__f16': Instance(
         name='sum__generic_fp16__f16',
@@ -39225,6 +39603,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='1d820fc21035b2d4dba9c52752d8cad50a7e7a53b75c31b4ccb6b7faf9bd942b',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'sum__gpu_workgroup__f32': Instance(
         name='sum__gpu_workgroup__f32',
@@ -39292,6 +39671,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='6d37e4b9219975eab6ea8f30982dbc553dd310d6c29808a9140605f75804b87a',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'sum__gpu_workgroup__f64': Instance(
         name='sum__gpu_workgroup__f64',
@@ -39359,6 +39739,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c723c6fc06a648a1c27d3c294c320978011a0de91e6d28ebe2ac636ef6724e08',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'sum__gpu_workgroup__i32': Instance(
         name='sum__gpu_workgroup__i32',
@@ -39426,6 +39807,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='10f37ca0a89eddfc5340f026a7cffda0348ef243c0eeedd37dd3b9a224b90531',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'sum__subgroup__f32': Instance(
         name='sum__subgroup__f32',
@@ -39493,6 +39875,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='c045bf66f0d391d560eab7eaf5e7df1e3465b8c6d68abebfc38dec7c37782a07',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'sum__subgroup__f64': Instance(
         name='sum__subgroup__f64',
@@ -39560,6 +39943,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='f33e656f6096f7283a936db9b5b11d13880322db259ada39498ae68360952a4c',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'sum__subgroup__i32': Instance(
         name='sum__subgroup__i32',
@@ -39627,6 +40011,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='9ed5738cdaa9a2018060c79ec2722550ae890313eb9a0393413c9b4369f3e170',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'sum__subgroup_intel__f32': Instance(
         name='sum__subgroup_intel__f32',
@@ -39694,6 +40079,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='29c6c747b3a6a141dac89f3b4536fbf52bb4d00e1e4fca4ab5173c3f60f4ce51',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'sum__subgroup_intel__f64': Instance(
         name='sum__subgroup_intel__f64',
@@ -39761,6 +40147,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='b45bf9386bc4dee9aab810b24b644a14a45c1a275cdabe49a72f17c253f4febd',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'sum__subgroup_intel__i32': Instance(
         name='sum__subgroup_intel__i32',
@@ -39828,6 +40215,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='58b70b459b4d3af331d242c312d9bbf5a9242472e97452935871b4d094c50fde',
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
+        build_options='-cl-std=CL2.0',
     ),
     'tanh__cpu__f32': Instance(
         name='tanh__cpu__f32',
@@ -39879,6 +40267,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='41af4d8899c3477f6488226c9f4c1af873f60b10396f6a6625efa307bf356d04',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'tanh__cpu__f64': Instance(
         name='tanh__cpu__f64',
@@ -39930,6 +40319,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='14c188a6a31b1f80df54ccda9cf50784bc6fc6757fb1e694a836c53de9536288',
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
+        build_options='',
     ),
     'tanh__generic__f16': Instance(
         name='tanh__generic__f16',
@@ -39981,6 +40371,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='476c8e8b18ccb6c09ffec63e72dd49621b7bb31148fa8dbe4aafece31d5773f9',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'tanh__generic__f32': Instance(
         name='tanh__generic__f32',
@@ -40032,6 +40423,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='00a5309ccff5ca77623c5846b0f804dbc31730ac79328faa18cd3f3e75040da1',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'tanh__generic__f64': Instance(
         name='tanh__generic__f64',
@@ -40083,6 +40475,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='bf9a9ea2e0e2b19ab5464b2c586682ca1ea38b3be6ece16bb77b10574e9fde1f',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
     'tanh__gpu__f32': Instance(
         name='tanh__gpu__f32',
@@ -40134,6 +40527,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='12d8c340c3cd089b2cc61535007710293e858c5bc93c8a6d81609c48c4d0d352',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'tanh__gpu__f64': Instance(
         name='tanh__gpu__f64',
@@ -40185,6 +40579,7 @@ INSTANCES: dict[str, Instance] = {
         sha256='2e4b5885fc487aebcb791b840610ccdb404239cdcc277692ad940fcaddb893ab',
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
+        build_options='',
     ),
     'tanh__half__f16': Instance(
         name='tanh__half__f16',
@@ -40236,5 +40631,6 @@ INSTANCES: dict[str, Instance] = {
         sha256='de1fb5f9c3ceb1ae8bab705f6ea4aeee946b303fcb20ef9d5c1c580e2cf30787',
         tunables=(),
         constraints=(),
+        build_options='',
     ),
 }

@@ -104,6 +104,7 @@ class Instance:
     sha256: str = ""
     tunables: tuple[tuple[str, tuple[int, ...]], ...] = field(default=())
     constraints: tuple[str, ...] = ()  # param-only conditions every tuned choice must meet
+    build_options: str = ""  # passed to clBuildProgram
 
     def layout_of(self, tensor: str) -> str:
         return dict(self.layouts)[tensor]

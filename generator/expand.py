@@ -132,6 +132,7 @@ def expand(loaded: LoadedSpec) -> list[Instance]:
                         template=v.template,
                         tunables=tuple(sorted(v.tunables.items())),
                     constraints=v.constraints,
+                    build_options=" ".join(v.build_options),
                     )
                 )
     if diags:

@@ -90,6 +90,12 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "convention", _E, "the op's signature does not fit its calling convention (call:)", "dims"
     ),
+    Rule(
+        "build-option",
+        _E,
+        "a build option outside the set clforge passes to the OpenCL compiler",
+        "schema",
+    ),
     Rule("layout", _E, "a layout the tensor's rank or the op's declaration does not allow", "dims"),
     Rule(
         "guard-syntax",

@@ -109,10 +109,11 @@ class Runtime:
 
     # --- building ---------------------------------------------------------------------------
 
-    def build(self, inst: Instance, options: str = "") -> cl.Program:
-        """The built program of `inst` (memory cache, then disk cache, then source)."""
+    def build(self, inst: Instance) -> cl.Program:
+        """The built program of `inst` (memory cache, then disk cache, then source), with the
+        variant's build options."""
         return self.cache.program(
-            self.context, self.device, inst.name, self.registry.source(inst), options
+            self.context, self.device, inst.name, self.registry.source(inst), inst.build_options
         )
 
     def kernel(self, inst: Instance) -> cl.Kernel:

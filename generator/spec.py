@@ -163,6 +163,13 @@ class VariantSpec(_Model):
         default_factory=Requires, description="what a device needs to run this variant"
     )
     priority: StrictInt = Field(0, description="breaks ties between equally specific variants")
+    build_options: tuple[StrictStr, ...] = Field(
+        (),
+        description="OpenCL build options for this variant's programs, from a fixed set: "
+        "-cl-std=CL1.1|CL1.2|CL2.0|CL3.0, -cl-fast-relaxed-math, -cl-mad-enable, "
+        "-cl-no-signed-zeros, -cl-finite-math-only, -cl-unsafe-math-optimizations, "
+        "-cl-denorms-are-zero, -DNAME or -DNAME=INTEGER",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -369,6 +369,14 @@ def _check(col: _Collector, spec: OpSpec, layout: Layout, stem: str) -> None:
     _check_ambiguity(col, spec)
 
 
+# build options a spec may give: they reach clBuildProgram, so only known, harmless ones
+BUILD_OPTION = re.compile(
+    r"-cl-std=CL(1\.1|1\.2|2\.0|3\.0)|-cl-fast-relaxed-math|-cl-mad-enable|-cl-no-signed-zeros"
+    r"|-cl-finite-math-only|-cl-unsafe-math-optimizations|-cl-denorms-are-zero"
+    r"|-D[A-Za-z][A-Za-z0-9_]{0,47}(=-?[0-9]{1,18})?"
+)
+
+
 def _check_variant(
     col: _Collector, spec: OpSpec, v: VariantSpec, key: Path_, taken: dict[str, str], layout: Layout
 ) -> None:
@@ -441,6 +449,16 @@ def _check_variant(
         for j, e in enumerate(getattr(v.launch, part) or ()):
             _check_expr(col, (*key, "launch", part, j), str(e), "int", scope)
     _check_constraints(col, v, key)
+    for j, option in enumerate(v.build_options):
+        if not BUILD_OPTION.fullmatch(option):
+            col.add(
+                (*key, "build_options", j),
+                "build-option",
+                f"variant {v.name}: build option {option!r} is not one clforge passes on "
+                "(-cl-std=CL1.1|CL1.2|CL2.0|CL3.0, -cl-fast-relaxed-math, -cl-mad-enable, "
+                "-cl-no-signed-zeros, -cl-finite-math-only, -cl-unsafe-math-optimizations, "
+                "-cl-denorms-are-zero, -DNAME, -DNAME=INTEGER)",
+            )
     for j, ext in enumerate(v.requires.extensions):
         if not _EXTENSION.match(ext):
             col.add(

@@ -75,3 +75,37 @@ def test_device_array_in_the_wrong_layout_is_refused(runtime) -> None:
 def test_unknown_instance(runtime) -> None:
     with pytest.raises(ClforgeError, match="unknown instance 'nope'"):
         runtime.launch("nope", {})
+
+
+def test_variant_build_options_reach_the_compiler(runtime, tmp_path) -> None:
+    import shutil
+
+    from generator import registry as registry_mod
+    from generator.generate import generate
+    from generator.paths import DEFAULT, Layout
+    from generator.progcache import ProgramCache
+    from generator.runtime import Runtime
+
+    shutil.copytree(DEFAULT.templates, tmp_path / "templates")
+    (tmp_path / "templates" / "custom").mkdir()
+    (tmp_path / "templates" / "custom" / "scaled.cl.j2").write_text(
+        '{% import "_common/macros.cl.j2" as cf with context %}\n{{ cf.header() }}\n'
+        "#ifndef SCALE\n#error SCALE comes from the variant's build options\n#endif\n"
+        "{{ cf.signature() }}\n{\n    const int i_ = get_global_id(0);\n"
+        "    if (i_ < N) y[i_] = x[i_] * SCALE;\n}\n"
+    )
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "scale3.yaml").write_text(
+        "# yaml-language-server: $schema=schema.json\nop: scale3\ndims: [N]\n"
+        "inputs: {x: [N]}\noutputs: {y: [N]}\ndtypes: [f32]\nvariants:\n"
+        "  - name: generic\n    arch: generic\n    template: custom/scaled.cl.j2\n"
+        "    build_options: [-DSCALE=3]\n    launch: {global_size: [N]}\n"
+    )
+    tree = Layout(tmp_path)
+    generate(tree)
+    reg = registry_mod.load(tree)
+    inst = reg.instance("scale3__generic__f32")
+    assert inst.build_options == "-DSCALE=3"
+    rt = Runtime(runtime.queue, reg, ProgramCache(None))
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(rt.launch(inst, {"x": x})["y"], 3 * x)
