@@ -18,7 +18,7 @@ $(INSTALLED): pyproject.toml
 $(OPENCL): $(INSTALLED)
 	@$(BIN)/clforge devices --check || { \
 	  echo "clforge: no OpenCL device builds kernels; installing Debian's PoCL (pocl-opencl-icd)"; \
-	  command -v apt-get >/dev/null && (apt-get update -qq && apt-get install -y -qq pocl-opencl-icd >/dev/null) ; \
+	  command -v apt-get >/dev/null && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pocl-opencl-icd >/dev/null) ; \
 	  $(BIN)/clforge devices --check; }
 	touch $@
 
