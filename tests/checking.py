@@ -8,10 +8,10 @@ from collections.abc import Mapping
 import numpy as np
 import pyopencl as cl
 
-from generator.contract import Instance
-from generator.dtypes import DTYPES
-from generator.layouts import layout_strides, storage_view
-from generator.runtime import Runtime
+from generator.core.dtypes import DTYPES
+from generator.core.layouts import layout_strides, storage_view
+from generator.registry.records import Instance
+from generator.runtime.launch import Runtime
 
 PAD = 4096  # bytes of canary before and after every buffer (a multiple of any base alignment)
 CANARY = 0xA5

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from generator import registry as registry_mod
-from generator.registry import Registry
+from generator.registry import loader as registry_mod
+from generator.registry.loader import Registry
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +18,7 @@ def registry() -> Registry:
 
 @pytest.fixture(scope="session")
 def runtime(registry: Registry):
-    from generator.progcache import ProgramCache
-    from generator.runtime import Runtime
+    from generator.runtime.launch import Runtime
+    from generator.runtime.program_cache import ProgramCache
 
     return Runtime(reg=registry, cache=ProgramCache(None))

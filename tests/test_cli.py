@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from generator.cli import main
+from generator.tools.cli import main
 
 
 def test_demo_dispatches_every_op_and_matches_numpy(capsys: pytest.CaptureFixture[str]) -> None:

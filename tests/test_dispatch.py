@@ -12,17 +12,17 @@ import pyopencl.array as cla
 import pytest
 
 from generated import ops
-from generator import registry as registry_mod
-from generator.cli import main
-from generator.compiled import TensorType
-from generator.dispatch import ClforgeWarning, Dispatcher, dispatcher
+from generator.call.compiled import TensorType
+from generator.call.dispatcher import ClforgeWarning, Dispatcher, dispatcher
+from generator.call.selection import chosen_or_raise, select
+from generator.core.tree import DEFAULT, Layout
+from generator.device.profile import DeviceProfile
+from generator.emit.generate import generate
 from generator.errors import BuildError, CallError, DispatchError
-from generator.generate import generate
-from generator.paths import DEFAULT, Layout
-from generator.profile import DeviceProfile
-from generator.progcache import ProgramCache
-from generator.runtime import Runtime
-from generator.selection import chosen_or_raise, select
+from generator.registry import loader as registry_mod
+from generator.runtime.launch import Runtime
+from generator.runtime.program_cache import ProgramCache
+from generator.tools.cli import main
 
 FP64 = ("cl_khr_fp64",)
 POCL = DeviceProfile("AMD EPYC", "pocl", "cpu", "skylake-avx512", FP64, 524288, "global", 4096, 2)
@@ -111,7 +111,7 @@ def test_no_candidate_lists_every_rejection() -> None:
 
 def test_explain_cli_text_and_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     profile = tmp_path / "gpu.yaml"
-    from generator.profile_io import dump_profile
+    from generator.device.profile_files import dump_profile
 
     profile.write_text(dump_profile(NVIDIA))
     args = [

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from generator.cli import main
+from generator.core.tree import DEFAULT, Layout
+from generator.emit.generate import build, generate
 from generator.errors import StaleError
-from generator.generate import build, generate
-from generator.paths import DEFAULT, Layout
+from generator.tools.cli import main
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from generator import guards
+from generator.core import expressions as guards
 from generator.errors import GuardError
 
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from generator import references
-from generator import registry as registry_mod
-from generator.binding import bind_dims, int_attrs, resolve_attrs
-from generator.dtypes import DTYPES
+from generator.call.binding import bind_dims, int_attrs, resolve_attrs
+from generator.core.dtypes import DTYPES
 from generator.references import Case
-from generator.runtime import guard_holds
+from generator.registry import loader as registry_mod
+from generator.runtime.launch import guard_holds
 
 from .checking import assert_close, launch_with_canaries
 

@@ -23,14 +23,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from generator import lint as lint_mod
-from generator import rules
-from generator.cli import main
+from generator.core.tree import DEFAULT, Layout
+from generator.emit.generate import generate
 from generator.errors import SpecError
-from generator.generate import generate
-from generator.lint import compiler_errors, lint
-from generator.paths import DEFAULT, Layout
-from generator.spec import json_schema, schema_text
+from generator.lint import checks as lint_mod
+from generator.lint import rules
+from generator.lint.checks import compiler_errors, lint
+from generator.spec.model import json_schema, schema_text
+from generator.tools.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = Path(__file__).resolve().parent / "lint_cases"
@@ -76,7 +76,7 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def device() -> None:
     try:
-        from generator.device import default_device
+        from generator.device.discovery import default_device
 
         default_device()
     except Exception as exc:  # no pyopencl, no platform, no device that builds
@@ -151,7 +151,7 @@ def test_lint_case(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     if "--compile" in args:
         pytest.importorskip("pyopencl")
         try:
-            from generator.device import default_device
+            from generator.device.discovery import default_device
 
             default_device()
         except Exception as exc:
@@ -194,7 +194,7 @@ def test_plain_lint_needs_no_opencl() -> None:
     """`clforge lint` without --compile runs where pyopencl cannot even be imported."""
     code = (
         "import sys; sys.modules['pyopencl'] = None\n"
-        "from generator.cli import main\n"
+        "from generator.tools.cli import main\n"
         "raise SystemExit(main(['lint']))\n"
     )
     done = subprocess.run(

@@ -25,11 +25,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from generator import rules
-from generator.lint import format_github, format_json, format_text, lint
-from generator.paths import Layout
-from generator.spec import json_schema
-from generator.validate import load_specs
+from generator.core.tree import Layout
+from generator.lint import rules
+from generator.lint.checks import format_github, format_json, format_text, lint
+from generator.spec.load import load_specs
+from generator.spec.model import json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 BASES = ("add", "matmul", "sum")

@@ -8,13 +8,13 @@ import pyopencl.array as cla
 import pytest
 
 from generated import ops
-from generator import registry as registry_mod
-from generator.dispatch import dispatcher
+from generator.call.dispatcher import dispatcher
+from generator.call.selection import select
+from generator.device.profile import DeviceProfile
+from generator.device.profile_files import find_profile
 from generator.errors import CallError
-from generator.profile import DeviceProfile
-from generator.profile_io import find_profile
 from generator.references import expected
-from generator.selection import select
+from generator.registry import loader as registry_mod
 
 REG = registry_mod.default()
 UNKNOWN = DeviceProfile(

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.cli import main
-from generator.errors import DeviceError, SpecError
-from generator.profile import (
+from generator.device.profile import (
     VECTOR_TYPES,
     DeviceProfile,
     intel_gpu_arch,
@@ -17,7 +15,7 @@ from generator.profile import (
     opencl_c_number,
     split_device_name,
 )
-from generator.profile_io import (
+from generator.device.profile_files import (
     FIELDS,
     PROFILES_DIR,
     dump_profile,
@@ -26,6 +24,8 @@ from generator.profile_io import (
     parse_profile,
     shipped_profiles,
 )
+from generator.errors import DeviceError, SpecError
+from generator.tools.cli import main
 
 POCL = "Portable Computing Language"
 
@@ -189,7 +189,7 @@ def test_opencl_c_number() -> None:
 
 @pytest.fixture(scope="module")
 def live_device():
-    from generator.device import default_device
+    from generator.device.discovery import default_device
 
     dev = default_device()
     if "portable computing language" not in dev.platform.name.lower():
@@ -198,7 +198,7 @@ def live_device():
 
 
 def test_live_profile_of_the_pocl_cpu_device(live_device) -> None:
-    from generator.profile import from_device
+    from generator.device.profile import from_device
 
     p = from_device(live_device)
     assert (p.device_type, p.vendor) == ("cpu", "pocl")
@@ -218,7 +218,7 @@ def test_live_profile_of_the_pocl_cpu_device(live_device) -> None:
 def test_raw_queries_through_ctypes_agree_with_pyopencl(live_device) -> None:
     import ctypes
 
-    from generator.profile import _opencl_library, query_uint
+    from generator.device.profile import _opencl_library, query_uint
 
     lib = _opencl_library()
     assert lib is not None

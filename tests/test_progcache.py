@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pyopencl as cl
 
-from generator.progcache import ProgramCache
+from generator.runtime.program_cache import ProgramCache
 
 SCRIPT = """
 import json
-from generator.runtime import Runtime
+from generator.runtime.launch import Runtime
 rt = Runtime()
 rt.kernel(rt.registry.instance("matmul__cpu_blocked__f32__a_row__b_row"))
 rt.kernel(rt.registry.instance("matmul__cpu_blocked__f32__a_row__b_row"))

@@ -8,8 +8,8 @@ import pyopencl.array as cla
 import pytest
 
 from generated import ops
-from generator.dispatch import dispatcher
-from generator.runtime import to_host
+from generator.call.dispatcher import dispatcher
+from generator.runtime.launch import to_host
 
 rng = np.random.default_rng(11)
 

@@ -7,7 +7,7 @@ import pyopencl.array as cla
 import pytest
 
 from generator.errors import CallError, ClforgeError
-from generator.runtime import geometry
+from generator.runtime.launch import geometry
 
 rng = np.random.default_rng(3)
 
@@ -80,11 +80,11 @@ def test_unknown_instance(runtime) -> None:
 def test_variant_build_options_reach_the_compiler(runtime, tmp_path) -> None:
     import shutil
 
-    from generator import registry as registry_mod
-    from generator.generate import generate
-    from generator.paths import DEFAULT, Layout
-    from generator.progcache import ProgramCache
-    from generator.runtime import Runtime
+    from generator.core.tree import DEFAULT, Layout
+    from generator.emit.generate import generate
+    from generator.registry import loader as registry_mod
+    from generator.runtime.launch import Runtime
+    from generator.runtime.program_cache import ProgramCache
 
     shutil.copytree(DEFAULT.templates, tmp_path / "templates")
     (tmp_path / "templates" / "custom").mkdir()

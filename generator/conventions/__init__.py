@@ -3,11 +3,11 @@ dims and back. A spec names one with `call:`; the names are in conventions_names
 
 from __future__ import annotations
 
-from ..conventions_names import CONVENTION_NAMES
-from .base import Canonical, Convention, PyParam
-from .linalg import Gemm, Matmul, Permute
-from .nn import Attention, Conv2d
-from .shape import Axis, Broadcast, Direct, Flat, Trailing
+from generator.conventions.base import Canonical, Convention, PyParam
+from generator.conventions.linalg import Gemm, Matmul, Permute
+from generator.conventions.names import CONVENTION_NAMES
+from generator.conventions.nn import Attention, Conv2d
+from generator.conventions.shape import Axis, Broadcast, Direct, Flat, Trailing
 
 CONVENTIONS: dict[str, Convention] = {
     c.name: c

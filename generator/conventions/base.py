@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..contract import OpSig
-from ..errors import CallError
+from generator.errors import CallError
+from generator.registry.records import OpSig
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,18 @@ from typing import Any
 
 import numpy as np
 
-from ..contract import OpSig
-from ..errors import CallError
-from ..layouts import array_layout, layout_strides
-from .base import Canonical, Convention, PyParam, array_of, normalize_axis, prod, reshape
+from generator.conventions.base import (
+    Canonical,
+    Convention,
+    PyParam,
+    array_of,
+    normalize_axis,
+    prod,
+    reshape,
+)
+from generator.core.layouts import array_layout, layout_strides
+from generator.errors import CallError
+from generator.registry.records import OpSig
 
 MAX_RANK = 4
 

@@ -8,9 +8,9 @@ import numbers
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract import OpSig
-from ..errors import CallError
-from .base import Canonical, Convention, PyParam, array_of, reshape
+from generator.conventions.base import Canonical, Convention, PyParam, array_of, reshape
+from generator.errors import CallError
+from generator.registry.records import OpSig
 
 _PAIRS: tuple[tuple[str, str, str], ...] = (
     ("stride", "stride_h", "stride_w"),

@@ -7,9 +7,17 @@ from typing import Any
 
 import numpy as np
 
-from ..contract import OpSig
-from ..errors import CallError
-from .base import Canonical, Convention, PyParam, array_of, normalize_axis, prod, reshape
+from generator.conventions.base import (
+    Canonical,
+    Convention,
+    PyParam,
+    array_of,
+    normalize_axis,
+    prod,
+    reshape,
+)
+from generator.errors import CallError
+from generator.registry.records import OpSig
 
 
 class Direct(Convention):

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .base import Arrays, Case, Reference, make_input
-from .conv import REFERENCES as _CONV
-from .elementwise import REFERENCES as _ELEMENTWISE
-from .linalg import REFERENCES as _LINALG
-from .reduce import REFERENCES as _REDUCE
+from generator.references.base import Arrays, Case, Reference, make_input
+from generator.references.conv import REFERENCES as _CONV
+from generator.references.elementwise import REFERENCES as _ELEMENTWISE
+from generator.references.linalg import REFERENCES as _LINALG
+from generator.references.reduce import REFERENCES as _REDUCE
 
 REFERENCES: dict[str, Reference] = {**_ELEMENTWISE, **_REDUCE, **_LINALG, **_CONV}
 

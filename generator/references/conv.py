@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Arrays, Case, Reference
+from generator.references.base import Arrays, Case, Reference
 
 
 def _conv2d(a: Arrays, attrs: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Case, Reference
+from generator.references.base import Case, Reference
 
 _erf = np.vectorize(erf, otypes=[np.float64])
 

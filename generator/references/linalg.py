@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Arrays, Case, Reference
+from generator.references.base import Arrays, Case, Reference
 
 
 def _gemm(a: Arrays, attrs: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Case, Reference
+from generator.references.base import Case, Reference
 
 EPS = 1e-5  # the specs' default eps, for callers (demo, bench) that pass no attributes
 

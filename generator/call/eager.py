@@ -1,0 +1,226 @@
+"""Eager calls: what the generated `generated.ops` functions run.
+
+A call goes through the op's calling convention (arrays of any shape onto the op's dims),
+omitted optional inputs are filled, and the dispatcher plans and launches. Calls on device
+arrays are memoized as a :class:`Recipe`, so a warm call binds the caller's buffers directly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from generator.call.binding import bind_dims
+from generator.call.dispatcher import Dispatcher, call_types, dispatcher
+from generator.conventions import CONVENTIONS
+from generator.core.dtypes import DTYPES
+from generator.errors import CallError, ClforgeError
+from generator.registry.records import OpSig
+from generator.runtime.launch import LaunchPlan, Runtime
+
+
+def outputs_in_order(op: OpSig, outs: Mapping[str, Any]) -> Any:
+    vals = tuple(outs[t.name] for t in op.outputs)
+    return vals[0] if len(vals) == 1 else vals
+
+
+def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
+    """`inputs` with every omitted optional input made, filled with its `fill` value."""
+    missing = [t for t in op.inputs if t.name not in inputs]
+    if not missing:
+        return inputs
+    required = [t.name for t in missing if not t.optional]
+    if required:
+        raise CallError(f"{op.name}: missing input {', '.join(required)}")
+    present = {t.name: inputs[t.name] for t in op.inputs if t.name in inputs}
+    dtype, _ = call_types(op, present, partial=True)
+    dims = bind_dims(op, {k: tuple(a.shape) for k, a in present.items()})
+    on_device = any(isinstance(a, cla.Array) for a in present.values())
+    out = dict(inputs)
+    for t in missing:
+        # a broadcast input needs one element, stretched; others the full shape
+        shape = (1,) * len(t.shape) if t.broadcast else tuple(dims[x] for x in t.shape)
+        np_dtype = DTYPES[t.dtype or dtype].np_dtype
+        host = np.full(shape, t.fill if t.fill is not None else 0, np_dtype)
+        out[t.name] = cla.to_device(d.runtime.queue, host) if on_device else host
+    return out
+
+
+@dataclass(frozen=True)
+class EagerCall:
+    """An eager call in the op's own terms: canonical inputs (optional ones filled) and
+    attributes, and how to turn the op's outputs into what the eager function returns."""
+
+    dispatcher: Dispatcher
+    op: OpSig
+    inputs: dict[str, Any]
+    attrs: dict[str, Any]
+    finish: Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def prepare(
+    op: str,
+    inputs: Sequence[Any],
+    attrs: Mapping[str, Any],
+    options: Mapping[str, Any] | None = None,
+    queue: cl.CommandQueue | None = None,
+) -> EagerCall:
+    d = dispatcher(queue)
+    sig = d.registry.op(op)
+    if len(inputs) != len(sig.inputs):
+        raise CallError(f"{op}: takes {len(sig.inputs)} inputs, got {len(inputs)}")
+    given = {t.name: a for t, a in zip(sig.inputs, inputs, strict=True)}
+    try:
+        canon = CONVENTIONS[sig.call].canonical(sig, given, options or {})
+        filled = _filled(d, sig, canon.inputs)
+    except ClforgeError:
+        raise
+    except (TypeError, ValueError, np.exceptions.AxisError) as exc:  # last line of defence
+        raise CallError(f"{op}: {exc}") from None
+    merged = {**canon.attrs, **{k: v for k, v in attrs.items() if v is not None}}
+    return EagerCall(d, sig, filled, merged, canon.finish)
+
+
+def call_op(
+    op: str,
+    inputs: Sequence[Any],
+    attrs: Mapping[str, Any],
+    options: Mapping[str, Any] | None = None,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """What every generated eager function calls: positional inputs in the spec's order,
+    attributes, and the options of the op's calling convention.
+
+    Calls on device arrays are memoized as a :class:`Recipe` (keyed by the arrays' dtypes,
+    shapes, strides and offsets, and the attributes and options): a warm call skips the calling
+    convention's views and binds the caller's buffers directly."""
+    d = dispatcher(queue)
+    key = _recipe_key(op, inputs, attrs, options)
+    if key is not None:
+        recipe = d._recipes.get(key)
+        if recipe is not None:
+            return recipe.run(d.runtime, inputs)
+    c = prepare(op, inputs, attrs, options, queue)
+    plan = d.plan_for(c.op, c.inputs, c.attrs)
+    outs = d.execute(c.op, plan, c.inputs, validated=True)
+    result = c.finish(outs)
+    if key is not None:
+        recipe = Recipe.learn(c, plan, inputs, outs, result)
+        if recipe is not None:
+            d._recipes[key] = recipe
+    return outputs_in_order(c.op, result)
+
+
+def _recipe_key(
+    op: str, inputs: Sequence[Any], attrs: Mapping[str, Any], options: Mapping[str, Any] | None
+) -> tuple | None:
+    """The memo key of an eager call on device arrays, or None when it is not memoizable."""
+    parts: list[Any] = []
+    for a in inputs:
+        if isinstance(a, cla.Array):
+            parts.append((a.dtype, a.shape, a.strides, a.offset))
+        elif a is None or isinstance(a, (bool, int, float)):
+            parts.append(("value", type(a), a))
+        else:
+            return None  # NumPy inputs are copied anyway; nothing to save
+    if not any(isinstance(a, cla.Array) for a in inputs):
+        return None
+    key = (op, tuple(parts), tuple(sorted(attrs.items())), tuple(sorted((options or {}).items())))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+@dataclass(frozen=True, eq=False)
+class Recipe:
+    """A warm eager call on device arrays: the plan, where each kernel buffer comes from (an
+    argument of the call, or a constant such as a filled optional input), and the final shape
+    and strides of each output, allocated directly so that no view needs to be made."""
+
+    op: OpSig
+    plan: LaunchPlan
+    sources: tuple[tuple[int, int | None, Any], ...]  # (arg index, call input index, constant)
+    outputs: tuple[tuple[str, tuple[int, ...], np.dtype, tuple[int, ...]], ...]
+
+    @classmethod
+    def learn(
+        cls,
+        c: EagerCall,
+        plan: LaunchPlan,
+        given: Sequence[Any],
+        outs: Mapping[str, Any],
+        result: Mapping[str, Any],
+    ) -> Recipe | None:
+        if plan.kernel is None:
+            return None
+        sources = []
+        for i, name in plan.buffers:
+            if name not in c.inputs:
+                continue  # an output
+            arr = c.inputs[name]
+            index = next(
+                (
+                    j
+                    for j, g in enumerate(given)
+                    if isinstance(g, cla.Array)
+                    and g.base_data is arr.base_data
+                    and g.offset == arr.offset
+                ),
+                None,
+            )
+            sources.append((i, index, None if index is not None else arr))
+        outputs = []
+        for name, shape, dt, _ in plan.outputs:
+            final = result.get(name)
+            if (
+                not isinstance(final, cla.Array)
+                or final.base_data is not outs[name].base_data
+                or final.offset
+                or final.size != math.prod(shape)
+            ):
+                return None  # the convention made something other than a view: not memoized
+            outputs.append((name, tuple(final.shape), dt, tuple(final.strides)))
+        return cls(c.op, plan, tuple(sources), tuple(outputs))
+
+    def run(self, rt: Runtime, given: Sequence[Any]) -> Any:
+        plan = self.plan
+        outs = {
+            name: cla.empty(rt.queue, shape, dt, strides=strides, allocator=rt.allocator)
+            for name, shape, dt, strides in self.outputs
+        }
+        args = list(plan.args)
+        for i, index, const in self.sources:
+            arr = given[index] if index is not None else const
+            args[i] = arr.base_data if arr.size else rt.dummy
+        for i, name in plan.buffers:
+            if name in outs:
+                args[i] = outs[name].base_data if outs[name].size else rt.dummy
+        kernel = plan.kernel
+        if kernel is None:  # learn() keeps no recipe for an empty NDRange
+            return outputs_in_order(self.op, outs)
+        kernel.set_args(*args)
+        cl.enqueue_nd_range_kernel(
+            rt.queue, kernel, plan.geometry.global_size, plan.geometry.local_size
+        )
+        return outputs_in_order(self.op, outs)
+
+
+def eager_plan(
+    op: str,
+    inputs: Sequence[Any],
+    attrs: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    queue: cl.CommandQueue | None = None,
+) -> LaunchPlan:
+    """The launch plan an eager call with these arguments gets (`.inst` is the chosen
+    instance), without running it."""
+    c = prepare(op, inputs, attrs or {}, options, queue)
+    return c.dispatcher.plan_for(c.op, c.inputs, c.attrs)

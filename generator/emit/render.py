@@ -1,0 +1,86 @@
+"""Rendering instances to OpenCL C with Jinja: sandboxed, strict, confined to templates/."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from generator.core.dtypes import DTYPES
+from generator.core.identifiers import identifier_problem
+from generator.core.tree import DEFAULT, Layout
+from generator.errors import TemplateError
+from generator.registry.records import Instance, OpSig
+
+
+def _template_line(exc: BaseException, root: Path) -> str:
+    """`family/template.cl.j2:LINE` (relative to the template folder) of the innermost template
+    frame of a rendering error."""
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        return f"{exc.name or exc.filename}:{exc.lineno}"
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name.endswith(".j2"):
+            try:
+                shown = Path(name).resolve().relative_to(root.resolve()).as_posix()
+            except ValueError:
+                shown = Path(name).name
+            where = f"{shown}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where or "?"
+
+
+class Renderer:
+    """Renders instances of one tree's templates; one Jinja environment, loaded lazily."""
+
+    def __init__(self, layout: Layout = DEFAULT) -> None:
+        self.layout = layout
+
+    @cached_property
+    def env(self) -> jinja2.Environment:
+        env = ImmutableSandboxedEnvironment(
+            loader=jinja2.FileSystemLoader(str(self.layout.templates)),
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+        env.globals["dtypes"] = DTYPES
+        return env
+
+    def render(self, inst: Instance, op: OpSig, template: str) -> str:
+        for name in [a.name for a in inst.args] + [p for p, _ in inst.params]:
+            problem = identifier_problem(name)
+            if problem:  # validation already refused these; this is the last line of defence
+                raise TemplateError(f"{inst.name}: {problem}")
+        context: dict[str, Any] = {
+            "inst": inst,
+            "op": op,
+            "T": DTYPES[inst.dtype],
+            "params": inst.param_map,
+            "layout": dict(inst.layouts),
+            "shape": {t.name: t.shape for t in op.inputs + op.outputs},
+            "tdtype": {t.name: DTYPES[t.dtype or inst.dtype] for t in op.inputs + op.outputs},
+            "spec_path": op.spec,
+        }
+        try:
+            text = self.env.get_template(template).render(context)
+        except jinja2.TemplateNotFound as exc:
+            raise TemplateError(
+                f"{inst.name}: template {exc.name!r} not found under "
+                f"{self.layout.rel(self.layout.templates)}/"
+            ) from None
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            msg = getattr(exc, "message", None) or str(exc)
+            raise TemplateError(
+                f"{_template_line(exc, self.layout.templates)}: rendering {inst.name} failed: {msg}"
+            ).with_traceback(None) from None
+        except RecursionError:
+            raise TemplateError(f"{template}: rendering {inst.name} recursed too deeply") from None
+        return "\n".join(line.rstrip() for line in text.strip().splitlines()) + "\n"

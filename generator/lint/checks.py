@@ -1,0 +1,392 @@
+"""`clforge lint`: every check on spec files at once, as sorted, located findings.
+
+The checks are the ones generation relies on (:mod:`generator.spec.load`: YAML, schema, names,
+dims, guards, templates' paths, coverage, ambiguity, tunables and constraints), plus what only a
+linter wants to know: the editor modeline, that each template renders for every instance it
+serves, that `generated/` is fresh, and, with `compile=True`, that every instance builds on the
+present OpenCL device. Findings in spec content never raise: a check that fails unexpectedly
+becomes an `internal-error` finding at the file it was checking. Only usage problems (a path
+that does not exist) and a missing device for `compile=True` raise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from generator.core.tree import DEFAULT, Layout
+from generator.emit.expand import expand, op_signature
+from generator.emit.render import Renderer
+from generator.errors import (
+    BuildError,
+    ClforgeError,
+    DeviceError,
+    Diagnostic,
+    GenerationError,
+    Location,
+    Severity,
+    SpecError,
+    StaleError,
+    TemplateError,
+    UsageError,
+)
+from generator.lint import rules
+from generator.registry.records import Instance
+from generator.spec.load import LoadedSpec, check_text, duplicate_ops, read_spec, spec_files
+
+MODELINE = "# yaml-language-server: $schema=schema.json"
+_MODELINE = re.compile(r"#\s*yaml-language-server:\s*\$schema=\S+")
+
+
+@dataclass(frozen=True)
+class Report:
+    """The findings of one lint run, sorted by file, line, column and rule."""
+
+    findings: tuple[Diagnostic, ...]
+    files: tuple[str, ...]
+
+    @property
+    def errors(self) -> int:
+        return sum(d.severity is Severity.ERROR for d in self.findings)
+
+    @property
+    def warnings(self) -> int:
+        return sum(d.severity is Severity.WARNING for d in self.findings)
+
+    def exit_code(self, *, strict: bool = False) -> int:
+        """0 clean (warnings alone are clean unless strict), 1 findings."""
+        return int(self.errors > 0 or (strict and self.warnings > 0))
+
+    def summary(self) -> str:
+        return (
+            f"clforge lint: {len(self.files)} file{'s' * (len(self.files) != 1)}, "
+            f"{self.errors} error{'s' * (self.errors != 1)}, "
+            f"{self.warnings} warning{'s' * (self.warnings != 1)}"
+        )
+
+
+# --- which files --------------------------------------------------------------------------------
+
+
+def spec_paths(paths: Sequence[Path], layout: Layout = DEFAULT) -> list[Path]:
+    """The spec files named by `paths` (files, or folders of *.yaml); the tree's specs if none."""
+    if not paths:
+        found = spec_files(layout.specs)
+        if not found:
+            raise UsageError(f"no spec files (*.yaml) in {layout.rel(layout.specs)}/")
+        return found
+    out: dict[Path, Path] = {}
+    for p in paths:
+        if p.is_dir():
+            found = spec_files(p)
+            if not found:
+                raise UsageError(f"{p}: no spec files (*.yaml) in this folder")
+        elif p.is_file():
+            found = [p]
+        else:
+            raise UsageError(f"{p}: no such file or folder")
+        for f in found:
+            out.setdefault(f.resolve(), f)
+    return list(out.values())
+
+
+# --- the checks ---------------------------------------------------------------------------------
+
+
+def _guarded(where: str, check: Callable[[], list[Diagnostic]]) -> list[Diagnostic]:
+    """Run one check; an unexpected exception becomes a finding instead of a traceback."""
+    try:
+        return check()
+    except DeviceError:
+        raise  # no device for --compile: an environment error, not a finding
+    except Exception as exc:
+        return [
+            Diagnostic(
+                Location(where),
+                "internal-error",
+                f"clforge failed while checking this file: {type(exc).__name__}: {exc}; "
+                "please report it",
+            )
+        ]
+
+
+def modeline_problem(text: str, path: str) -> Diagnostic | None:
+    """A warning when the leading comment lines lack the yaml-language-server modeline."""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if _MODELINE.match(stripped):
+            return None
+        if stripped and not stripped.startswith("#"):
+            break
+    return Diagnostic(
+        Location(path, 1, 1),
+        "modeline",
+        f"the file does not start with `{MODELINE}`, so YAML editors cannot complete and check "
+        "its keys (the schema is written by `clforge schema --write`)",
+    )
+
+
+def _check_file(f: Path, layout: Layout, loaded: list[LoadedSpec]) -> list[Diagnostic]:
+    rel = layout.rel(f)
+    text, found = read_spec(f, layout)
+    if text is None:
+        return found
+    modeline = modeline_problem(text, rel)
+    spec, found = check_text(text, rel, layout)
+    if spec is not None:
+        loaded.append(spec)
+    return found + ([modeline] if modeline else [])
+
+
+def render_problems(loaded: LoadedSpec, renderer: Renderer) -> list[Diagnostic]:
+    """Render every instance of a valid spec; one finding per variant whose template fails,
+    located at the variant's `template:` and quoting the template's file:line."""
+    try:
+        instances = expand(loaded)
+    except SpecError as exc:
+        return list(exc.diagnostics)
+    sig = op_signature(loaded)
+    failed: dict[str, list[str]] = {}
+    total: dict[str, int] = {}
+    for inst in instances:
+        total[inst.variant] = total.get(inst.variant, 0) + 1
+        try:
+            renderer.render(inst, sig, inst.template)
+        except TemplateError as exc:
+            failed.setdefault(inst.variant, []).append(str(exc))
+    out: list[Diagnostic] = []
+    for i, v in enumerate(loaded.spec.variants):
+        messages = failed.get(v.name)
+        if not messages:
+            continue
+        more = (
+            f" (and {len(messages) - 1} more of its {total[v.name]} instances)"
+            if len(messages) > 1
+            else ""
+        )
+        out.append(
+            Diagnostic(
+                loaded.where("variants", i, "template"),
+                "template-render",
+                f"variant {v.name}: template {v.template} does not render: {messages[0]}{more}",
+            )
+        )
+    return out
+
+
+def freshness_problems(layout: Layout) -> list[Diagnostic]:
+    """`clforge generate --check` as findings, one per differing file under generated/."""
+    from generator.emit.generate import generate
+
+    try:
+        generate(layout, check=True)
+    except StaleError as exc:
+        out = []
+        for p in exc.paths:
+            what = (
+                "differs from what the specs give, or is no longer produced by them"
+                if (layout.root / p).exists()
+                else "is missing: the specs give this file"
+            )
+            out.append(Diagnostic(Location(p), "stale-output", f"{what}; run `clforge generate`"))
+        return out
+    except (SpecError, TemplateError, GenerationError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return [
+            Diagnostic(
+                Location(layout.rel(layout.generated)),
+                "stale-output",
+                f"cannot check generated/: the tree's specs do not generate ({first}); lint "
+                "all of specs/",
+            )
+        ]
+    return []
+
+
+_COMPILER_LINE = re.compile(
+    r"^(?:(?P<pre>error|fatal error):\s*)?(?P<file>[^\n]*?):(?P<line>\d+):(?P<col>\d+):\s*"
+    r"(?:(?P<post>error|fatal error|warning|note):\s*)?(?P<msg>.*)$",
+    re.MULTILINE,
+)
+
+
+def compiler_errors(log: str) -> list[tuple[int, int, str]]:
+    """(line, column, message) of each error in a compiler log, in the two common spellings:
+    `<source>:3:5: error: msg` (clang, NVIDIA, AMD, Intel) and `error: file:3:5: msg` (PoCL)."""
+    out = []
+    for m in _COMPILER_LINE.finditer(log):
+        kind = m.group("pre") or m.group("post")
+        if kind in ("error", "fatal error"):
+            out.append((int(m.group("line")), int(m.group("col")), m.group("msg").strip()))
+    if not out:
+        lines = [ln.strip() for ln in log.splitlines() if "error" in ln.lower()]
+        out.append((0, 0, (lines[-1] if lines else log.strip())[:300] or "build failed"))
+    return out
+
+
+def compile_problems(layout: Layout, loaded: Sequence[LoadedSpec]) -> list[Diagnostic]:
+    """Build every instance of the loaded ops on the default OpenCL device; each compiler error
+    becomes a finding at the variant's `template:`, quoting the generated file's line."""
+    from generator.registry import loader as registry
+
+    try:
+        import pyopencl as cl
+
+        from generator.runtime.launch import Runtime
+    except ImportError as exc:
+        raise DeviceError(f"--compile needs pyopencl and an OpenCL driver: {exc}") from None
+    reg = registry.load(layout)
+    try:
+        rt = Runtime(reg=reg)
+    except cl.Error as exc:
+        raise DeviceError(f"cannot open the default OpenCL device: {exc}") from None
+    where = {
+        (s.spec.op, v.name): s.where("variants", i, "template")
+        for s in loaded
+        for i, v in enumerate(s.spec.variants)
+    }
+    # one finding per variant and message: the instances of a variant mostly fail alike
+    groups: dict[tuple[Location, str], list[tuple[str, Instance]]] = {}
+    for inst in sorted(reg.instances.values(), key=lambda i: i.name):
+        loc = where.get((inst.op, inst.variant))
+        if loc is None:
+            continue
+        gen = f"generated/{inst.source}"
+        try:
+            rt.build(inst)
+        except BuildError as exc:
+            for line, col, msg in compiler_errors(exc.log):
+                at = f"{gen}:{line}:{col}" if line else gen
+                groups.setdefault((loc, msg), []).append((at, inst))
+        except ClforgeError as exc:
+            groups.setdefault((loc, str(exc)), []).append((gen, inst))
+    out = []
+    for (loc, msg), places in groups.items():
+        at, first = places[0]
+        more = len(places) - 1
+        also = f"; also in {more} more instance{'s' * (more != 1)}" if more else ""
+        out.append(
+            Diagnostic(
+                loc,
+                "compile-error",
+                f"{at}: {msg} (instance {first.name}, from template {first.template}{also})",
+            )
+        )
+    return out
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def lint(
+    paths: Sequence[Path] = (),
+    layout: Layout = DEFAULT,
+    *,
+    freshness: bool = True,
+    compile: bool = False,
+) -> Report:
+    """Lint the spec files named by `paths` (default: the tree's specs).
+
+    `generated/` is checked for freshness (and, with `compile`, built) only when every linted
+    file is one of the tree's own specs and no spec has an error.
+    """
+    files = spec_paths(paths, layout)
+    own = all(f.resolve().parent == layout.specs.resolve() for f in files)
+    if compile and not own:
+        raise UsageError("--compile builds the tree's own specs: lint files under specs/")
+    findings: list[Diagnostic] = []
+    loaded: list[LoadedSpec] = []
+    for f in files:
+        findings += _guarded(layout.rel(f), partial(_check_file, f, layout, loaded))
+    findings += _guarded(layout.rel(layout.specs), partial(duplicate_ops, loaded))
+    renderer = Renderer(layout)
+    for spec in loaded:
+        findings += _guarded(spec.path, partial(render_problems, spec, renderer))
+    blocked = any(d.severity is Severity.ERROR for d in findings)
+    if own and (freshness or compile) and not blocked:
+        stale = _guarded(layout.rel(layout.generated), partial(freshness_problems, layout))
+        findings += stale
+        if compile and not stale:
+            findings += _guarded(
+                layout.rel(layout.generated), partial(compile_problems, layout, loaded)
+            )
+    return Report(
+        tuple(sorted(_printable(rules.normalized(d)) for d in findings)),
+        tuple(layout.rel(f) for f in files),
+    )
+
+
+def _printable(d: Diagnostic) -> Diagnostic:
+    """`d` with control, line-separator and bidi characters escaped: one finding, one line, and
+    no text that displays differently from what it is."""
+    if d.message.isprintable():
+        return d
+    message = "".join(c if c.isprintable() else repr(c)[1:-1] for c in d.message)
+    return Diagnostic(d.loc, d.rule, message, d.severity)
+
+
+# --- output formats -----------------------------------------------------------------------------
+
+
+def format_text(report: Report) -> str:
+    return "".join(f"{d}\n" for d in report.findings)
+
+
+def format_json(report: Report) -> str:
+    doc = {
+        "version": 1,
+        "files": list(report.files),
+        "errors": report.errors,
+        "warnings": report.warnings,
+        "findings": [
+            {
+                "path": d.loc.path,
+                "line": d.loc.line,
+                "col": d.loc.col,
+                "severity": d.severity.value,
+                "rule": d.rule,
+                "message": d.message,
+            }
+            for d in report.findings
+        ],
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def _gh_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_prop(text: str) -> str:
+    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def format_github(report: Report) -> str:
+    """GitHub Actions workflow commands: one annotation per finding on the file and line."""
+    out = []
+    for d in report.findings:
+        props = [f"file={_gh_prop(d.loc.path)}"]
+        if d.loc.line > 0:
+            props.append(f"line={d.loc.line}")
+            if d.loc.col > 0:
+                props.append(f"col={d.loc.col}")
+        props.append(f"title={_gh_prop(f'clforge lint [{d.rule}]')}")
+        out.append(f"::{d.severity.value} {','.join(props)}::{_gh_data(d.message)}\n")
+    return "".join(out)
+
+
+FORMATS: dict[str, Callable[[Report], str]] = {
+    "text": format_text,
+    "json": format_json,
+    "github": format_github,
+}
+
+
+def list_rules() -> str:
+    """The rule catalogue, one rule a line: id, default severity, description."""
+    width = max(len(r.id) for r in rules.RULES)
+    return "".join(f"{r.id:{width}}  {r.severity.value:7}  {r.description}\n" for r in rules.RULES)

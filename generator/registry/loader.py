@@ -1,0 +1,97 @@
+"""The loaded registry: generated ops and instances, guards and launch sizes parsed once."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from generator.core import expressions as guards
+from generator.core.tree import DEFAULT, Layout
+from generator.errors import ClforgeError, GenerationError
+from generator.registry.records import Instance, OpSig
+
+
+@dataclass(frozen=True)
+class Exprs:
+    """An instance's guard and NDRange, parsed."""
+
+    guard: guards.Expr | None
+    global_size: tuple[guards.Expr, ...]
+    local_size: tuple[guards.Expr, ...] | None
+
+
+@dataclass(frozen=True)
+class Registry:
+    ops: dict[str, OpSig]
+    instances: dict[str, Instance]
+    generated: Path  # folder holding kernels/
+
+    def op(self, name: str) -> OpSig:
+        try:
+            return self.ops[name]
+        except KeyError:
+            raise ClforgeError(
+                f"unknown op {name!r}; known ops: {', '.join(sorted(self.ops))}"
+            ) from None
+
+    def instance(self, name: str) -> Instance:
+        try:
+            return self.instances[name]
+        except KeyError:
+            raise ClforgeError(f"unknown instance {name!r}; `clforge list` shows them") from None
+
+    def of_op(self, op: str) -> list[Instance]:
+        return [i for i in self.instances.values() if i.op == op]
+
+    def exprs(self, inst: Instance) -> Exprs:
+        return _parse_exprs(inst.guard, inst.launch.global_size, inst.launch.local_size)
+
+    def source(self, inst: Instance) -> str:
+        path = self.generated / inst.source
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise GenerationError(
+                f"{inst.name}: cannot read {path}: {exc}; run `make generate`"
+            ) from None
+
+
+@cache
+def _parse_exprs(
+    guard: str | None, global_size: tuple[str, ...], local_size: tuple[str, ...] | None
+) -> Exprs:
+    return Exprs(
+        guards.parse(guard, "bool") if guard else None,
+        tuple(guards.parse(e, "int") for e in global_size),
+        tuple(guards.parse(e, "int") for e in local_size) if local_size is not None else None,
+    )
+
+
+def load(layout: Layout = DEFAULT) -> Registry:
+    """The registry of a tree: `generated.registry` for this repository, else by file path."""
+    if layout == DEFAULT:
+        module = importlib.import_module("generated.registry")
+    else:
+        path = layout.generated / "registry.py"
+        spec = importlib.util.spec_from_file_location(f"clforge_registry_{abs(hash(path))}", path)
+        if spec is None or spec.loader is None:
+            raise GenerationError(f"no registry at {path}; run `clforge generate`")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    reg = Registry(dict(module.OPS), dict(module.INSTANCES), layout.generated)
+    for inst in reg.instances.values():  # every guard and launch size parsed once, up front
+        try:
+            reg.exprs(inst)
+        except guards.GuardError as exc:
+            raise GenerationError(
+                f"{inst.name}: {exc}; regenerate with `clforge generate`"
+            ) from None
+    return reg
+
+
+@cache
+def default() -> Registry:
+    return load(DEFAULT)

@@ -1,0 +1,112 @@
+"""The program cache: built programs per context in memory, and their binaries on disk.
+
+A disk entry is keyed by the source hash, the build options, the platform, device and driver
+versions and the clforge version, so any change to one of them misses. A binary that fails to
+load or build (corrupt, truncated, from another driver) is rebuilt from source and replaced.
+`CLFORGE_CACHE_DIR` moves the folder (default ~/.cache/clforge); `CLFORGE_CACHE=0` turns the
+disk part off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyopencl as cl
+
+from generator import __version__
+from generator.emit.writer import atomic_write_bytes
+from generator.errors import BuildError
+
+
+@dataclass
+class CacheStats:
+    memory_hits: int = 0
+    disk_hits: int = 0
+    builds: int = 0
+    rebuilt_corrupt: int = 0
+
+
+@dataclass
+class ProgramCache:
+    directory: Path | None  # None: memory only
+    stats: CacheStats = field(default_factory=CacheStats)
+    _memory: dict[tuple[int, str], cl.Program] = field(default_factory=dict)
+
+    @classmethod
+    def default(cls) -> ProgramCache:
+        if os.environ.get("CLFORGE_CACHE", "1") == "0":
+            return cls(None)
+        base = os.environ.get("CLFORGE_CACHE_DIR") or Path.home() / ".cache" / "clforge"
+        return cls(Path(base))
+
+    @staticmethod
+    def key(device: cl.Device, source: str, options: str) -> str:
+        parts = {
+            "clforge": __version__,
+            "platform": f"{device.platform.name} {device.platform.version}",
+            "device": device.name,
+            "driver": device.driver_version,
+            "options": options,
+            "source": hashlib.sha256(source.encode("utf-8")).hexdigest(),
+        }
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+    def program(
+        self, ctx: cl.Context, device: cl.Device, name: str, source: str, options: str = ""
+    ) -> cl.Program:
+        key = self.key(device, source, options)
+        mem_key = (ctx.int_ptr, key)
+        prog = self._memory.get(mem_key)
+        if prog is not None:
+            self.stats.memory_hits += 1
+            return prog
+        path = self.directory / f"{key}.bin" if self.directory is not None else None
+        if path is not None and path.is_file():
+            prog = self._from_binary(ctx, device, path, options)
+            if prog is not None:
+                self.stats.disk_hits += 1
+                self._memory[mem_key] = prog
+                return prog
+            self.stats.rebuilt_corrupt += 1
+        prog = self._from_source(ctx, name, source, options)
+        self.stats.builds += 1
+        if path is not None:
+            binaries: list[bytes] = prog.get_info(cl.program_info.BINARIES)  # type: ignore[assignment]
+            binary = binaries[0] if binaries else b""
+            if binary:
+                try:
+                    atomic_write_bytes(path, bytes(binary))
+                except OSError as exc:  # a read-only home must not break launching
+                    warnings.warn(
+                        f"clforge: cannot write program cache {path}: {exc}", stacklevel=2
+                    )
+        self._memory[mem_key] = prog
+        return prog
+
+    @staticmethod
+    def _from_binary(
+        ctx: cl.Context, device: cl.Device, path: Path, options: str
+    ) -> cl.Program | None:
+        try:
+            binary = path.read_bytes()
+            if not binary:
+                return None
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return cl.Program(ctx, [device], [binary]).build(options=options)
+        except (OSError, cl.Error, cl.RuntimeError):
+            return None
+
+    @staticmethod
+    def _from_source(ctx: cl.Context, name: str, source: str, options: str) -> cl.Program:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return cl.Program(ctx, source).build(options=options)
+        except (cl.Error, cl.RuntimeError) as exc:
+            raise BuildError(name, str(exc)) from None

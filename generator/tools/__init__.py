@@ -1,0 +1,1 @@
+"""The command-line tools: `clforge` (cli), the demo and the benchmarks."""

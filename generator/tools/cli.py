@@ -1,0 +1,297 @@
+"""The `clforge` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from generator.core.tree import DEFAULT, Layout
+from generator.errors import ClforgeError, SpecError, StaleError, UsageError
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _layout(args: argparse.Namespace) -> Layout:
+    from pathlib import Path
+
+    return Layout(Path(args.root).resolve()) if args.root else DEFAULT
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from generator.emit.generate import generate
+
+    layout = _layout(args)
+    try:
+        p = generate(layout, check=args.check)
+    except StaleError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if args.check:
+        print(f"generated files are up to date ({p.unchanged} files)")
+    else:
+        print(
+            f"generated: {len(p.write)} written, {len(p.remove)} removed, {p.unchanged} unchanged"
+        )
+        for rel in p.write:
+            print(f"  wrote   {rel}")
+        for rel in p.remove:
+            print(f"  removed {rel}")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from generator.spec.model import schema_text
+
+    layout = _layout(args)
+    text = schema_text()
+    path = layout.specs / "schema.json"
+    shown = layout.rel(path)
+    if args.write:
+        from generator.emit.writer import atomic_write
+
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
+            print(f"{shown} is up to date")
+        else:
+            atomic_write(path, text)
+            print(f"wrote {shown}")
+    elif args.check:
+        try:
+            same = path.read_text(encoding="utf-8") == text
+        except OSError:
+            same = False
+        if not same:
+            print(f"{shown} is stale or missing; run `clforge schema --write`", file=sys.stderr)
+            return 1
+        print(f"{shown} is up to date")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from generator.errors import DeviceError
+    from generator.lint.checks import FORMATS, lint, list_rules
+
+    if args.list_rules:
+        sys.stdout.write(list_rules())
+        return 0
+    try:
+        report = lint(
+            [Path(p) for p in args.paths],
+            _layout(args),
+            freshness=not args.no_freshness,
+            compile=args.compile,
+        )
+    except DeviceError as exc:
+        print(f"clforge lint: error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(FORMATS[args.format](report))
+    print(report.summary(), file=sys.stderr)
+    return report.exit_code(strict=args.strict)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from generator.registry import loader as registry
+
+    reg = registry.default()
+    for inst in sorted(reg.instances.values(), key=lambda i: i.name):
+        if args.op and inst.op != args.op:
+            continue
+        print(f"{inst.name:52} {','.join(inst.targets):22} {inst.guard or ''}")
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from generator.device.discovery import FALLBACK_HINT, survey
+
+    statuses = survey()
+    for s in statuses:
+        verdict = "builds kernels" if s.builds else f"cannot build kernels: {s.problem}"
+        print(f"{s.label}: {verdict}")
+    if not any(s.builds for s in statuses):
+        print(f"clforge: no OpenCL device can build kernels. {FALLBACK_HINT}", file=sys.stderr)
+        return 1 if args.check else 0
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from generator.device.profile_files import (
+        dump_profile,
+        find_profile,
+        load_profile,
+        shipped_profiles,
+    )
+
+    profiles = _layout(args).root / "profiles"
+    if args.list:
+        for stem in shipped_profiles(profiles):
+            p = load_profile(profiles / f"{stem}.yaml")
+            print(f"{stem:16} {p.name} ({p.vendor} {p.device_type}, arch {p.arch or '-'})")
+        return 0
+    sys.stdout.write(dump_profile(find_profile(args.device, profiles_dir=profiles)))
+    return 0
+
+
+def _pairs(text: str | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in filter(None, (text or "").split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise UsageError(f"--{what}: expected NAME=VALUE[,NAME=VALUE...], got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from generator.call.selection import select
+    from generator.device.profile_files import find_profile
+    from generator.registry import loader as registry
+
+    reg = registry.default()
+    op = reg.op(args.op)
+    layouts = _pairs(args.layout, "layout")
+    tensors = {t.name: t for t in op.inputs + op.outputs}
+    for name, lay in layouts.items():
+        if name not in tensors:
+            raise UsageError(
+                f"--layout: {args.op} has no tensor {name!r} (tensors: {', '.join(tensors)})"
+            )
+        if lay not in tensors[name].layouts:
+            raise UsageError(
+                f"--layout: {name} of {args.op} is {' or '.join(tensors[name].layouts)}"
+                f", not {lay!r}"
+            )
+    dims: dict[str, int] = {}
+    for name, value in _pairs(args.dims, "dims").items():
+        if name not in op.dims:
+            raise UsageError(f"--dims: {args.op} has no dim {name!r} (dims: {', '.join(op.dims)})")
+        if not value.isdigit():
+            raise UsageError(f"--dims: {name}={value!r} is not a non-negative integer")
+        dims[name] = int(value)
+    dtype = args.dtype or op.dtypes[0]
+    if dtype not in op.dtypes:
+        raise UsageError(f"--dtype: {args.op} supports {', '.join(op.dtypes)}, not {dtype!r}")
+    sel = select(reg, find_profile(args.device), args.op, dtype, layouts, dims)
+    if args.json:
+        print(json.dumps(sel.as_dict(), indent=2))
+    else:
+        print(sel.table())
+    return 0 if sel.chosen else 1
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from generator.tools.bench import run_bench
+
+    return run_bench(as_json=args.json)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from generator.tools.demo import run_demo
+
+    return run_demo()
+
+
+def _device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="auto (the default OpenCL device), a shipped profile name, or a YAML file",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="clforge", description=__doc__)
+    parser.add_argument("--root", help="the clforge tree (default: this repository)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="render specs into generated/ (kernels and registry)")
+    g.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 naming the files if generated/ is stale",
+    )
+    g.set_defaults(func=cmd_generate)
+
+    s = sub.add_parser("schema", help="print the JSON Schema of the spec format")
+    sg = s.add_mutually_exclusive_group()
+    sg.add_argument("--write", action="store_true", help="write it to specs/schema.json")
+    sg.add_argument(
+        "--check", action="store_true", help="exit 1 if specs/schema.json is stale or missing"
+    )
+    s.set_defaults(func=cmd_schema)
+
+    li = sub.add_parser(
+        "lint",
+        help="check spec files: every finding as file:line:col, exit 1 on errors",
+        description="Check spec files and report every finding at once, sorted. Exit status: "
+        "0 clean (warnings alone are clean unless --strict), 1 findings, 2 usage or "
+        "environment errors.",
+    )
+    li.add_argument("paths", nargs="*", help="spec files or folders (default: the tree's specs/)")
+    li.add_argument("--format", choices=("text", "json", "github"), default="text")
+    li.add_argument(
+        "--compile",
+        action="store_true",
+        help="also build every instance on the default OpenCL device",
+    )
+    li.add_argument(
+        "--no-freshness", action="store_true", help="do not check that generated/ is up to date"
+    )
+    li.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    li.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+    li.set_defaults(func=cmd_lint)
+
+    ls = sub.add_parser("list", help="list the registry's instances")
+    ls.add_argument("op", nargs="?", help="only this op's instances")
+    ls.set_defaults(func=cmd_list)
+
+    dv = sub.add_parser("devices", help="list OpenCL devices and whether each builds kernels")
+    dv.add_argument("--check", action="store_true", help="exit 1 when no device builds kernels")
+    dv.set_defaults(func=cmd_devices)
+
+    pr = sub.add_parser("profile", help="print a device profile as YAML, or list shipped ones")
+    _device_option(pr)
+    pr.add_argument("--list", action="store_true", help="list the shipped profiles")
+    pr.set_defaults(func=cmd_profile)
+
+    ex = sub.add_parser("explain", help="show which instance a call gets, and why not the others")
+    ex.add_argument("op")
+    ex.add_argument("--dtype", help="the call's dtype (default: the op's first)")
+    ex.add_argument("--layout", help="tensor layouts, e.g. a=row,b=col (default: row)")
+    ex.add_argument("--dims", help="sizes, e.g. M=1000,N=512,K=64 (unset dims stay symbolic)")
+    _device_option(ex)
+    ex.add_argument("--json", action="store_true", help="machine-readable output")
+    ex.set_defaults(func=cmd_explain)
+
+    b = sub.add_parser("bench", help="speed as ratios against NumPy and raw pyopencl")
+    b.add_argument("--json", action="store_true", help="machine-readable output")
+    b.set_defaults(func=cmd_bench)
+
+    d = sub.add_parser("demo", help="run every op on the default device, checked against NumPy")
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Command = args.func
+    try:
+        return func(args)
+    except SpecError as exc:
+        for d in exc.diagnostics:
+            print(d, file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `clforge ... | head`
+        sys.stderr.close()
+        return 0
+    except UsageError as exc:
+        print(f"clforge: error: {exc}", file=sys.stderr)
+        return 2
+    except ClforgeError as exc:
+        print(f"clforge: error: {exc}", file=sys.stderr)
+        return 1
