@@ -48,6 +48,7 @@ test: $(OPENCL)
 	$(BIN)/clforge schema --check
 	$(BIN)/ruff check generator tests
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 clean:

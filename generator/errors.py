@@ -109,3 +109,8 @@ class UsageError(ClforgeError):
 
 class DeviceError(ClforgeError):
     """No usable OpenCL device, or a device profile that cannot be read."""
+
+
+class ClforgeWarning(UserWarning):
+    """A fallback was taken (e.g. the chosen kernel failed to build on this device, or a cached
+    binary was damaged and rebuilt)."""

@@ -15,7 +15,7 @@ from generated import ops
 from generator.call.compiled import TensorType
 from generator.call.dispatcher import ClforgeWarning, Dispatcher, dispatcher
 from generator.call.selection import chosen_or_raise, select
-from generator.core.tree import DEFAULT, Layout
+from generator.core.tree import DEFAULT, Tree
 from generator.device.profile import DeviceProfile
 from generator.emit.generate import generate
 from generator.errors import BuildError, CallError, DispatchError
@@ -285,17 +285,17 @@ def test_compiled_checks_types_and_static_dims() -> None:
 
 
 @pytest.fixture
-def broken_tree(tmp_path: Path) -> Layout:
+def broken_tree(tmp_path: Path) -> Tree:
     shutil.copytree(DEFAULT.specs, tmp_path / "specs")
     shutil.copytree(DEFAULT.templates, tmp_path / "templates")
-    tree = Layout(tmp_path)
+    tree = Tree(tmp_path)
     generate(tree)
     cl = tree.generated / "kernels/relu/relu__cpu__f32.cl"
     cl.write_text(cl.read_text().replace("const int start_", "syntax error here; int start_"))
     return tree
 
 
-def test_build_failure_falls_back_to_the_next_candidate(broken_tree: Layout) -> None:
+def test_build_failure_falls_back_to_the_next_candidate(broken_tree: Tree) -> None:
     reg = registry_mod.load(broken_tree)
     d = Dispatcher(Runtime(dispatcher().runtime.queue, reg, ProgramCache(None)), POCL)
     x = rng.standard_normal(50).astype(np.float32)

@@ -18,7 +18,7 @@ from generator.call.binding import bind_dims, int_attrs, resolve_attrs
 from generator.core.dtypes import DTYPES
 from generator.references import Case
 from generator.registry import loader as registry_mod
-from generator.runtime.launch import guard_holds
+from generator.registry.loader import guard_holds
 
 from .checking import assert_close, launch_with_canaries
 

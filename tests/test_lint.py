@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from generator.core.tree import DEFAULT, Layout
+from generator.core.tree import DEFAULT, Tree
 from generator.emit.generate import generate
 from generator.errors import SpecError
 from generator.lint import checks as lint_mod
@@ -54,7 +54,7 @@ variants:
 """
 
 
-def make_tree(root: Path, case: Path | None = None) -> Layout:
+def make_tree(root: Path, case: Path | None = None) -> Tree:
     """A clforge tree under `root`: templates/ copied from this repository, specs/ from `case`."""
     shutil.copytree(ROOT / "templates", root / "templates")
     (root / "specs").mkdir()
@@ -64,7 +64,7 @@ def make_tree(root: Path, case: Path | None = None) -> Layout:
                 shutil.copyfile(f, root / "specs" / f.name)
         if (case / "templates").is_dir():
             shutil.copytree(case / "templates", root / "templates", dirs_exist_ok=True)
-    return Layout(root)
+    return Tree(root)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -25,7 +25,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from generator.core.tree import Layout
+from generator.core.tree import Tree
 from generator.lint import rules
 from generator.lint.checks import format_github, format_json, format_text, lint
 from generator.spec.load import load_specs
@@ -297,7 +297,7 @@ def test_lint_survives_any_mutation(tree_root: Path, data: st.DataObject) -> Non
     path = specs / f"{op}.yaml"
     path.write_text(text, encoding="utf-8")
 
-    report = lint((), Layout(tree_root))
+    report = lint((), Tree(tree_root))
 
     shown = f"specs/{op}.yaml"
     for d in report.findings:
@@ -308,7 +308,7 @@ def test_lint_survives_any_mutation(tree_root: Path, data: st.DataObject) -> Non
         else:
             assert d.rule == "stale-output", str(d)  # generated files, before any generation
     if not any(d.loc.path == shown and d.severity.value == "error" for d in report.findings):
-        load_specs(Layout(tree_root))  # no finding in the spec: generation accepts it
+        load_specs(Tree(tree_root))  # no finding in the spec: generation accepts it
     assert len(format_text(report).splitlines()) == len(report.findings)
     assert len(json.loads(format_json(report))["findings"]) == len(report.findings)
     assert len(format_github(report).splitlines()) == len(report.findings)

@@ -153,7 +153,7 @@ def _instances(op: str, dtype: str) -> list[str]:
 
 
 def _launch(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return dispatcher().runtime.launch(name, {"a": a, "b": b})["c"]
+    return dispatcher().launch(name, {"a": a, "b": b})["c"]
 
 
 @pytest.mark.parametrize("op", ["maximum", "minimum"])

@@ -6,15 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from generator.device.profile import (
-    VECTOR_TYPES,
-    DeviceProfile,
-    intel_gpu_arch,
-    intel_ip_version,
-    normalize_vendor,
-    opencl_c_number,
-    split_device_name,
-)
+from generator.device.profile import VECTOR_TYPES, DeviceProfile
 from generator.device.profile_files import (
     FIELDS,
     PROFILES_DIR,
@@ -23,6 +15,13 @@ from generator.device.profile_files import (
     load_profile,
     parse_profile,
     shipped_profiles,
+)
+from generator.device.vendors import (
+    intel_gpu_arch,
+    intel_ip_version,
+    normalize_vendor,
+    opencl_c_number,
+    split_device_name,
 )
 from generator.errors import DeviceError, SpecError
 from generator.tools.cli import main
@@ -198,7 +197,7 @@ def live_device():
 
 
 def test_live_profile_of_the_pocl_cpu_device(live_device) -> None:
-    from generator.device.profile import from_device
+    from generator.device.query import from_device
 
     p = from_device(live_device)
     assert (p.device_type, p.vendor) == ("cpu", "pocl")
@@ -218,7 +217,7 @@ def test_live_profile_of_the_pocl_cpu_device(live_device) -> None:
 def test_raw_queries_through_ctypes_agree_with_pyopencl(live_device) -> None:
     import ctypes
 
-    from generator.device.profile import _opencl_library, query_uint
+    from generator.device.query import _opencl_library, query_uint
 
     lib = _opencl_library()
     assert lib is not None

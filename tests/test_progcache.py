@@ -67,3 +67,12 @@ def test_memory_cache_is_per_context(runtime, tmp_path: Path) -> None:
     other = cl.Context([runtime.device])
     assert cache.program(other, runtime.device, inst.name, src) is not p1
     assert cache.stats.memory_hits == 1 and cache.stats.disk_hits == 1
+
+
+def test_the_suite_never_writes_the_users_cache() -> None:
+    from generator.call.dispatcher import dispatcher
+
+    home = (Path.home() / ".cache" / "clforge").resolve()
+    for cache in (ProgramCache.default(), dispatcher().runtime.cache):
+        assert cache.directory is not None
+        assert not cache.directory.resolve().is_relative_to(home)

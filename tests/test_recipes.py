@@ -9,7 +9,7 @@ import pytest
 
 from generated import ops
 from generator.call.dispatcher import dispatcher
-from generator.runtime.launch import to_host
+from generator.runtime.transfer import to_host
 
 rng = np.random.default_rng(11)
 

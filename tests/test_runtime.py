@@ -12,13 +12,13 @@ from generator.runtime.launch import geometry
 rng = np.random.default_rng(3)
 
 
-def test_launch_by_name_numpy_and_device(runtime) -> None:
+def test_launch_by_name_numpy_and_device(runtime, launcher) -> None:
     a = rng.standard_normal((9, 5)).astype(np.float32)
     b = rng.standard_normal((5, 4)).astype(np.float32)
-    out = runtime.launch("matmul__generic__f32__a_col__b_row", {"a": a[None], "b": b[None]})
+    out = launcher.launch("matmul__generic__f32__a_col__b_row", {"a": a[None], "b": b[None]})
     np.testing.assert_allclose(out["c"][0], a @ b, rtol=1e-5, atol=1e-5)
     q = runtime.queue
-    dev = runtime.launch(
+    dev = launcher.launch(
         "matmul__generic__f32__a_row__b_row",
         {"a": cla.to_device(q, a[None]), "b": cla.to_device(q, b[None])},
     )
@@ -59,28 +59,29 @@ def test_registry_contract_drives_geometry(registry) -> None:
         ),
     ],
 )
-def test_launch_errors(runtime, name: str, inputs: dict, message: str) -> None:
+def test_launch_errors(runtime, launcher, name: str, inputs: dict, message: str) -> None:
     with pytest.raises(CallError) as err:
-        runtime.launch(name, inputs)
+        launcher.launch(name, inputs)
     assert str(err.value) == message
 
 
-def test_device_array_in_the_wrong_layout_is_refused(runtime) -> None:
+def test_device_array_in_the_wrong_layout_is_refused(runtime, launcher) -> None:
     a = cla.to_device(runtime.queue, np.ones((1, 4, 3), np.float32))
     b = cla.to_device(runtime.queue, np.ones((1, 3, 2), np.float32))
     with pytest.raises(CallError, match="is not col-major as needed"):
-        runtime.launch("matmul__generic__f32__a_col__b_row", {"a": a, "b": b})
+        launcher.launch("matmul__generic__f32__a_col__b_row", {"a": a, "b": b})
 
 
-def test_unknown_instance(runtime) -> None:
+def test_unknown_instance(runtime, launcher) -> None:
     with pytest.raises(ClforgeError, match="unknown instance 'nope'"):
-        runtime.launch("nope", {})
+        launcher.launch("nope", {})
 
 
 def test_variant_build_options_reach_the_compiler(runtime, tmp_path) -> None:
     import shutil
 
-    from generator.core.tree import DEFAULT, Layout
+    from generator.call.dispatcher import Dispatcher
+    from generator.core.tree import DEFAULT, Tree
     from generator.emit.generate import generate
     from generator.registry import loader as registry_mod
     from generator.runtime.launch import Runtime
@@ -101,11 +102,12 @@ def test_variant_build_options_reach_the_compiler(runtime, tmp_path) -> None:
         "  - name: generic\n    arch: generic\n    template: custom/scaled.cl.j2\n"
         "    build_options: [-DSCALE=3]\n    launch: {global_size: [N]}\n"
     )
-    tree = Layout(tmp_path)
+    tree = Tree(tmp_path)
     generate(tree)
     reg = registry_mod.load(tree)
     inst = reg.instance("scale3__generic__f32")
     assert inst.build_options == "-DSCALE=3"
     rt = Runtime(runtime.queue, reg, ProgramCache(None))
     x = np.arange(5, dtype=np.float32)
-    np.testing.assert_array_equal(rt.launch(inst, {"x": x})["y"], 3 * x)
+    launched = Dispatcher.for_runtime(rt).launch(inst, {"x": x})
+    np.testing.assert_array_equal(launched["y"], 3 * x)

@@ -1,23 +1,32 @@
 """Compiled entry points: an op specialized once for input types whose shapes may be symbolic.
 
-`Dispatcher.compile` selects for the sizes it knows; guards that need the others are checked on
-each call, and a call that breaks the chosen variant's guard is re-dispatched (or rejected in
-strict mode). `CompiledOp.cache` shows the specializations made.
+`Dispatcher.compile` selects for the sizes it knows (:func:`specialize` reads them off the
+types); guards that need the others are checked on each call, and a call that breaks the chosen
+variant's guard is re-dispatched (or rejected in strict mode). `CompiledOp.cache` shows the
+specializations made.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyopencl.array as cla
 
-from generator.call.dispatcher import Dispatcher, bind, call_types
-from generator.call.eager import outputs_in_order
+from generator.call.binding import (
+    bind,
+    call_types,
+    check_allocations,
+    check_names,
+    outputs_in_order,
+)
 from generator.call.selection import Selection
+from generator.device.profile import DeviceProfile
 from generator.errors import CallError
+from generator.registry.loader import Registry, guard_holds
 from generator.registry.records import Instance, OpSig
-from generator.runtime.launch import LaunchPlan, guard_holds
+from generator.runtime.launch import LaunchPlan, Runtime
 
 
 @dataclass(frozen=True)
@@ -29,11 +38,59 @@ class TensorType:
     layout: str = "row"
 
 
+class Launcher(Protocol):
+    """What a compiled op needs of its dispatcher."""
+
+    runtime: Runtime
+    profile: DeviceProfile
+
+    @property
+    def registry(self) -> Registry: ...
+
+    def choose(
+        self, op: str, dtype: str, layouts: Mapping[str, str], dims: Mapping[str, int]
+    ) -> Instance: ...
+
+    def execute(self, op: OpSig, plan: LaunchPlan, inputs: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def check_device_arrays(self, op: OpSig, inst: Instance, inputs: Mapping[str, Any]) -> None: ...
+
+
+def specialize(
+    sig: OpSig, inputs: Mapping[str, TensorType]
+) -> tuple[str, dict[str, str], dict[str, int]]:
+    """The dtype, layouts and static dim sizes that input types fix."""
+    op = sig.name
+    check_names(sig, inputs, sig.inputs, "input")
+    dtypes = {t.name: inputs[t.name].dtype for t in sig.inputs if t.dtype is None}
+    kinds = set(dtypes.values())
+    if len(kinds) > 1:
+        raise CallError(f"{op}: inputs have different dtypes {dtypes}")
+    dtype = kinds.pop() if kinds else sig.dtypes[0]
+    static: dict[str, int] = {}
+    for t in sig.inputs:
+        shape = inputs[t.name].shape
+        if len(shape) != len(t.shape):
+            raise CallError(
+                f"{op}: input {t.name!r} has rank {len(shape)}, expected "
+                f"{len(t.shape)} [{', '.join(t.shape)}]"
+            )
+        for dim, size in zip(t.shape, shape, strict=True):
+            if isinstance(size, int):
+                if static.get(dim, size) != size:
+                    raise CallError(
+                        f"{op}: dim {dim} is {static[dim]} and {size}; one name means one size"
+                    )
+                static[dim] = size
+    return dtype, {t.name: inputs[t.name].layout for t in sig.inputs}, static
+
+
 @dataclass
 class CompiledOp:
-    """A callable specialized once; each call checks the specialization's runtime guard."""
+    """A callable specialized once; each call checks the specialization's runtime guard.
+    Inputs are positional in the spec's order, or by keyword (the spec's input names)."""
 
-    dispatcher: Dispatcher
+    dispatcher: Launcher
     op: OpSig
     dtype: str
     layouts: dict[str, str]
@@ -64,6 +121,8 @@ class CompiledOp:
                 )
         b = bind(self.op, inputs, attrs)
         d = self.dispatcher
+        host = {k: a for k, a in inputs.items() if not isinstance(a, cla.Array)}
+        check_allocations(self.op, self.dtype, b, host, d.runtime.max_alloc)
         inst = self.instance
         holds = guard_holds(d.registry, inst, b.env)
         if not holds:
@@ -83,6 +142,7 @@ class CompiledOp:
             holds,
         )
         self.cache.setdefault(spec_key, inst.name)
+        d.check_device_arrays(self.op, inst, inputs)
         plan_key = (inst.name, tuple(sorted(b.shapes.items())), tuple(sorted(attrs.items())))
         plan = self._plans.get(plan_key)
         if plan is None:

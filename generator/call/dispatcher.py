@@ -1,110 +1,56 @@
 """The dispatcher: arrays in, the right kernel chosen and run, arrays out.
 
-Eager calls (`Dispatcher.call`, and the generated `generated.ops` functions on top of it) infer
-dtype, layouts and sizes from the arrays, select (see :mod:`generator.call.selection`), build (falling
-back down the ranking when a build fails, unless strict), and launch. Everything that depends only
-on the op, dtypes, layouts, shapes and attributes is planned once and memoized, so a warm call
-costs a dict lookup, the output allocation and the enqueue.
+Eager calls (`Dispatcher.call`, and the generated `generated.ops` functions on top of it through
+:mod:`generator.call.eager`) infer dtype, layouts and sizes from the arrays (see
+:mod:`generator.call.binding`), select (:mod:`generator.call.selection`), build (falling back
+down the ranking when a build fails, unless strict), and launch through the runtime's one launch
+path. Everything that depends only on the op, dtypes, layouts, shapes and attributes is planned
+once and memoized, so a warm call costs a dict lookup, the output allocation and the enqueue.
 
-Compiled entry points (`Dispatcher.compile`) select once for symbolic sizes and check the chosen
-variant's guard on each call: a call that breaks it is re-dispatched, or rejected in strict mode.
+`Dispatcher.compile` specializes an op once for symbolic sizes (:mod:`generator.call.compiled`);
+`Dispatcher.launch` runs one named instance.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyopencl as cl
 import pyopencl.array as cla
 
-from generator.call.binding import array_dtype, bind_dims, check_names, int_attrs, resolve_attrs
+from generator.call.binding import (
+    bind,
+    call_types,
+    check_allocations,
+    check_names,
+    device_array_problem,
+    host_array,
+)
+from generator.call.compiled import CompiledOp, TensorType, specialize
 from generator.call.selection import Selection, chosen_or_raise, select
-from generator.core.layouts import array_layout
 from generator.device.profile import DeviceProfile
-from generator.errors import BuildError, CallError, DispatchError
-from generator.registry.loader import Registry
+from generator.device.query import from_device
+from generator.errors import BuildError, CallError, ClforgeWarning, DispatchError
+from generator.registry.loader import Registry, guard_holds
 from generator.registry.records import Instance, OpSig
-from generator.runtime.launch import LaunchPlan, Runtime, to_host
+from generator.runtime.launch import LaunchPlan, Runtime
+from generator.runtime.transfer import to_host, upload
 
-if TYPE_CHECKING:
-    from generator.call.compiled import CompiledOp, TensorType
-    from generator.call.eager import Recipe
-
-
-class ClforgeWarning(UserWarning):
-    """A fallback was taken (e.g. the chosen kernel failed to build on this device)."""
+__all__ = ["ClforgeWarning", "Dispatcher", "TensorType", "dispatcher"]
 
 
-def call_types(
-    op: OpSig, inputs: Mapping[str, Any], partial: bool = False
-) -> tuple[str, dict[str, str]]:
-    """The call's instance dtype and the layouts of its inputs, from the arrays (with partial,
-    inputs not given are skipped)."""
-    dtype: str | None = None
-    layouts: dict[str, str] = {}
-    for t in op.inputs:
-        if partial and t.name not in inputs:
-            continue
-        arr = inputs[t.name]
-        d = array_dtype(op, t.name, arr)
-        if t.dtype is not None:
-            if d.name != t.dtype:
-                raise CallError(f"{op.name}: input {t.name!r} must be {t.dtype}, got {d.name}")
-        elif dtype is None:
-            dtype = d.name
-        elif d.name != dtype:
-            raise CallError(
-                f"{op.name}: inputs have different dtypes ({dtype} and {d.name} "
-                f"for {t.name!r}); cast one of them"
-            )
-        if arr.ndim != len(t.shape):
-            raise CallError(
-                f"{op.name}: input {t.name!r} has rank {arr.ndim} (shape "
-                f"{tuple(arr.shape)}), expected rank {len(t.shape)} "
-                f"[{', '.join(t.shape)}]"
-            )
-        lay = array_layout(arr, t.layouts) if arr.size else t.layouts[0]
-        if lay is None:
-            if isinstance(arr, cla.Array):
-                raise CallError(
-                    f"{op.name}: input {t.name!r} has strides {arr.strides} for "
-                    f"shape {arr.shape}; the op takes it "
-                    f"{' or '.join(t.layouts)}-major: pass a contiguous copy"
-                )
-            lay = t.layouts[0]  # NumPy inputs are copied anyway: copy into the first layout
-        layouts[t.name] = lay
-    if dtype is None:
-        dtype = op.dtypes[0]
-    if dtype not in op.dtypes:
-        raise CallError(
-            f"{op.name}: dtype {dtype} is not supported (supported: {', '.join(op.dtypes)})"
-        )
-    return dtype, layouts
+class Replay(Protocol):
+    """A memoized eager call (see :class:`generator.call.eager.Recipe`)."""
+
+    def run(self, rt: Runtime, given: Any) -> Any: ...
 
 
-@dataclass(frozen=True)
-class Bound:
-    """A call's sizes: dims (derived ones included), attribute values, the guard environment
-    (dims and int attributes) and the inputs' shapes."""
-
-    dims: dict[str, int]
-    attrs: dict[str, float | int]
-    env: dict[str, int]
-    shapes: dict[str, tuple[int, ...]]
-
-
-def bind(op: OpSig, inputs: Mapping[str, Any], attrs: Mapping[str, float | int]) -> Bound:
-    shapes = {k: tuple(a.shape) for k, a in inputs.items()}
-    values = resolve_attrs(op, attrs)
-    dims = bind_dims(op, shapes, values)
-    return Bound(dims, values, {**dims, **int_attrs(op, values)}, shapes)
-
-
-@dataclass
+@dataclass(eq=False)
 class Dispatcher:
     """Selection and launching for one runtime (context, queue) and its device profile."""
 
@@ -113,12 +59,10 @@ class Dispatcher:
     strict: bool = False  # a build failure of the chosen kernel is an error, not a fallback
     _plans: dict[tuple, LaunchPlan] = field(default_factory=dict, repr=False)
     _choices: dict[tuple, Instance] = field(default_factory=dict, repr=False)
-    _recipes: dict[tuple, Recipe] = field(default_factory=dict, repr=False)
+    _recipes: dict[tuple, Replay] = field(default_factory=dict, repr=False)  # eager calls
 
     @classmethod
     def for_runtime(cls, runtime: Runtime, *, strict: bool = False) -> Dispatcher:
-        from generator.device.profile import from_device
-
         return cls(runtime, from_device(runtime.device), strict)
 
     @property
@@ -139,11 +83,11 @@ class Dispatcher:
         key = (op, dtype, tuple(sorted(layouts.items())), tuple(sorted(dims.items())))
         inst = self._choices.get(key)
         if inst is None:
-            inst = self._first_that_builds(self.select(op, dtype, layouts, dims))
+            inst = self.first_that_builds(self.select(op, dtype, layouts, dims))
             self._choices[key] = inst
         return inst
 
-    def _first_that_builds(self, sel: Selection) -> Instance:
+    def first_that_builds(self, sel: Selection) -> Instance:
         chosen_or_raise(sel)
         failures = []
         for cand in sel.candidates:
@@ -183,13 +127,14 @@ class Dispatcher:
         """Run `op_name` on NumPy or pyopencl arrays (by input name); outputs by name, of the
         same kind as the inputs."""
         op = self.registry.op(op_name)
-        return self.execute(op, self.plan_for(op, inputs, attrs or {}), inputs, validated=True)
+        return self.execute(op, self.plan_for(op, inputs, attrs or {}), inputs)
 
     def plan_for(
         self, op: OpSig, inputs: Mapping[str, Any], attrs: Mapping[str, float | int]
     ) -> LaunchPlan:
-        """The launch plan for these arrays, memoized by their dtypes, shapes, strides and the
-        attributes; `plan.inst` is the instance the dispatcher chose."""
+        """The launch plan for these arrays, memoized by their dtypes, shapes, strides, offsets,
+        contexts and the attributes; `plan.inst` is the instance the dispatcher chose. Device
+        arrays among `inputs` are checked here, once per memo key."""
         check_names(op, inputs, op.inputs, "input")
         key = (
             op.name,
@@ -201,6 +146,7 @@ class Dispatcher:
                     getattr(a, "strides", None),
                     getattr(a, "offset", 0),
                     type(a),
+                    id(a.context) if isinstance(a, cla.Array) else None,
                 )
                 for k, a in inputs.items()
             ),
@@ -212,29 +158,40 @@ class Dispatcher:
             self._plans[key] = plan
         return plan
 
-    def execute(
-        self, op: OpSig, plan: LaunchPlan, inputs: Mapping[str, Any], *, validated: bool = False
-    ) -> dict[str, Any]:
-        """Move inputs to the device if needed, run `plan`, bring outputs back if needed.
-
-        `validated`: the device arrays among `inputs` were checked when `plan` was made for
-        their dtype, shape, strides and offset (plan_for's memo key), so they pass as they are.
-        """
+    def execute(self, op: OpSig, plan: LaunchPlan, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Copy NumPy inputs to the device, run `plan`, bring outputs back if the inputs were
+        NumPy. Device arrays must be those `plan` was made for (see :meth:`plan_for`)."""
         rt = self.runtime
-        on_device = all(isinstance(a, cla.Array) for a in inputs.values())
-        if on_device and validated:
-            arrays = inputs
-        else:
-            arrays = {
-                t.name: rt.to_device(
-                    op, plan.inst.dtype, t.name, inputs[t.name], plan.inst.layout_of(t.name)
-                )
-                for t in op.inputs
-            }
-        outs = rt.run(plan, arrays)
+        on_device = True
+        buffers: dict[str, cla.Array] = {}
+        for t in op.inputs:
+            arr = inputs[t.name]
+            if isinstance(arr, cla.Array):
+                buffers[t.name] = arr
+            else:
+                on_device = False
+                host = host_array(op, plan.inst.dtype, t.name, arr)
+                try:
+                    buffers[t.name] = upload(rt, host, plan.inst.layout_of(t.name))
+                except MemoryError:
+                    raise CallError(
+                        f"{op.name}: input {t.name!r} (shape {host.shape}) cannot be copied "
+                        "into contiguous host memory"
+                    ) from None
+        outs = rt.enqueue(plan, buffers)
         if on_device:
             return outs
         return {k: to_host(v) for k, v in outs.items()}
+
+    def check_device_arrays(self, op: OpSig, inst: Instance, inputs: Mapping[str, Any]) -> None:
+        for t in op.inputs:
+            arr = inputs[t.name]
+            if isinstance(arr, cla.Array):
+                problem = device_array_problem(
+                    op, inst.dtype, t.name, arr, inst.layout_of(t.name), self.runtime.context
+                )
+                if problem:
+                    raise CallError(f"{op.name}: {problem}")
 
     def _plan(
         self, op: OpSig, inputs: Mapping[str, Any], attrs: Mapping[str, float | int]
@@ -247,13 +204,11 @@ class Dispatcher:
                 )
         dtype, layouts = call_types(op, inputs)
         b = bind(op, inputs, attrs)
+        host = {k: a for k, a in inputs.items() if not isinstance(a, cla.Array)}
+        check_allocations(op, dtype, b, host, self.runtime.max_alloc)
         layouts = self._best_host_layouts(op, inputs, dtype, layouts, b.env)
         inst = self.choose(op.name, dtype, layouts, b.env)
-        for t in op.inputs:  # device arrays: refused now (bad strides, offset) or trusted later
-            if isinstance(inputs[t.name], cla.Array):
-                self.runtime.to_device(
-                    op, inst.dtype, t.name, inputs[t.name], inst.layout_of(t.name)
-                )
+        self.check_device_arrays(op, inst, inputs)
         return self.runtime.plan(inst, b.dims, b.attrs, b.shapes)
 
     def _best_host_layouts(
@@ -296,45 +251,48 @@ class Dispatcher:
             **vars(self.runtime.cache.stats),
         }
 
+    # --- one named instance -----------------------------------------------------------------
+
+    def launch(
+        self,
+        instance: Instance | str,
+        inputs: Mapping[str, Any],
+        attrs: Mapping[str, float | int] | None = None,
+    ) -> dict[str, Any]:
+        """Run exactly `instance` on `inputs` (NumPy or pyopencl arrays of the op's canonical
+        shapes, by name); outputs by name, NumPy if the inputs were NumPy. Its guard must
+        hold; choosing an instance is the dispatcher's other job."""
+        reg = self.registry
+        inst = reg.instance(instance) if isinstance(instance, str) else instance
+        op = reg.op(inst.op)
+        check_names(op, inputs, op.inputs, "input")
+        host = {k: a for k, a in inputs.items() if not isinstance(a, cla.Array)}
+        for name, arr in host.items():
+            host_array(op, inst.dtype, name, arr)
+        self.check_device_arrays(op, inst, inputs)
+        b = bind(op, inputs, attrs or {})
+        check_allocations(op, inst.dtype, b, host, self.runtime.max_alloc)
+        if not guard_holds(reg, inst, b.env):
+            shown = ", ".join(f"{k}={v}" for k, v in b.env.items())
+            raise CallError(f"{inst.name}: guard {inst.guard!r} does not hold for {shown}")
+        return self.execute(op, self.runtime.plan(inst, b.dims, b.attrs, b.shapes), inputs)
+
     # --- compiled entry points --------------------------------------------------------------
 
     def compile(
         self, op: str, inputs: Mapping[str, TensorType], *, strict: bool = False
     ) -> CompiledOp:
         """Specialize `op` once for these input types (shapes may use symbolic dims)."""
-        from generator.call.compiled import CompiledOp
-
         sig = self.registry.op(op)
-        check_names(sig, inputs, sig.inputs, "input")
-        dtypes = {t.name: inputs[t.name].dtype for t in sig.inputs if t.dtype is None}
-        kinds = set(dtypes.values())
-        if len(kinds) > 1:
-            raise CallError(f"{op}: inputs have different dtypes {dtypes}")
-        dtype = kinds.pop() if kinds else sig.dtypes[0]
-        static: dict[str, int] = {}
-        for t in sig.inputs:
-            shape = inputs[t.name].shape
-            if len(shape) != len(t.shape):
-                raise CallError(
-                    f"{op}: input {t.name!r} has rank {len(shape)}, expected "
-                    f"{len(t.shape)} [{', '.join(t.shape)}]"
-                )
-            for dim, size in zip(t.shape, shape, strict=True):
-                if isinstance(size, int):
-                    if static.get(dim, size) != size:
-                        raise CallError(
-                            f"{op}: dim {dim} is {static[dim]} and {size}; one name means one size"
-                        )
-                    static[dim] = size
-        layouts = {t.name: inputs[t.name].layout for t in sig.inputs}
+        dtype, layouts, static = specialize(sig, inputs)
         sel = self.select(op, dtype, layouts, static)
-        inst = self._first_that_builds(sel)
-        return CompiledOp(self, sig, dtype, layouts, inst, sel, strict)
+        return CompiledOp(self, sig, dtype, layouts, self.first_that_builds(sel), sel, strict)
 
 
 # --- the default dispatcher, per queue ------------------------------------------------------
 
 _DISPATCHERS: dict[int, Dispatcher] = {}
+_DISPATCHERS_LOCK = threading.Lock()
 
 
 def dispatcher(queue: cl.CommandQueue | None = None) -> Dispatcher:
@@ -342,6 +300,8 @@ def dispatcher(queue: cl.CommandQueue | None = None) -> Dispatcher:
     key = 0 if queue is None else queue.int_ptr
     d = _DISPATCHERS.get(key)
     if d is None:
-        d = Dispatcher.for_runtime(Runtime(queue))
-        _DISPATCHERS[key] = d
+        with _DISPATCHERS_LOCK:  # one runtime per queue, however many threads ask at once
+            d = _DISPATCHERS.get(key)
+            if d is None:
+                d = _DISPATCHERS[key] = Dispatcher.for_runtime(Runtime(queue))
     return d

@@ -16,18 +16,13 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from generator.call.binding import bind_dims
-from generator.call.dispatcher import Dispatcher, call_types, dispatcher
+from generator.call.binding import bind_dims, call_types, outputs_in_order
+from generator.call.dispatcher import Dispatcher, dispatcher
 from generator.conventions import CONVENTIONS
 from generator.core.dtypes import DTYPES
 from generator.errors import CallError, ClforgeError
 from generator.registry.records import OpSig
-from generator.runtime.launch import LaunchPlan, Runtime
-
-
-def outputs_in_order(op: OpSig, outs: Mapping[str, Any]) -> Any:
-    vals = tuple(outs[t.name] for t in op.outputs)
-    return vals[0] if len(vals) == 1 else vals
+from generator.runtime.launch import LaunchPlan, OutputSpec, Runtime
 
 
 def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -108,7 +103,7 @@ def call_op(
             return recipe.run(d.runtime, inputs)
     c = prepare(op, inputs, attrs, options, queue)
     plan = d.plan_for(c.op, c.inputs, c.attrs)
-    outs = d.execute(c.op, plan, c.inputs, validated=True)
+    outs = d.execute(c.op, plan, c.inputs)
     result = c.finish(outs)
     if key is not None:
         recipe = Recipe.learn(c, plan, inputs, outs, result)
@@ -124,7 +119,7 @@ def _recipe_key(
     parts: list[Any] = []
     for a in inputs:
         if isinstance(a, cla.Array):
-            parts.append((a.dtype, a.shape, a.strides, a.offset))
+            parts.append((a.dtype, a.shape, a.strides, a.offset, id(a.context)))
         elif a is None or isinstance(a, (bool, int, float)):
             parts.append(("value", type(a), a))
         else:
@@ -147,8 +142,8 @@ class Recipe:
 
     op: OpSig
     plan: LaunchPlan
-    sources: tuple[tuple[int, int | None, Any], ...]  # (arg index, call input index, constant)
-    outputs: tuple[tuple[str, tuple[int, ...], np.dtype, tuple[int, ...]], ...]
+    sources: tuple[tuple[str, int | None, Any], ...]  # (tensor, call input index, constant)
+    outputs: tuple[OutputSpec, ...]  # the final shapes and strides, allocated directly
 
     @classmethod
     def learn(
@@ -162,7 +157,7 @@ class Recipe:
         if plan.kernel is None:
             return None
         sources = []
-        for i, name in plan.buffers:
+        for _, name in plan.buffers:
             if name not in c.inputs:
                 continue  # an output
             arr = c.inputs[name]
@@ -176,7 +171,7 @@ class Recipe:
                 ),
                 None,
             )
-            sources.append((i, index, None if index is not None else arr))
+            sources.append((name, index, None if index is not None else arr))
         outputs = []
         for name, shape, dt, _ in plan.outputs:
             final = result.get(name)
@@ -191,26 +186,11 @@ class Recipe:
         return cls(c.op, plan, tuple(sources), tuple(outputs))
 
     def run(self, rt: Runtime, given: Sequence[Any]) -> Any:
-        plan = self.plan
-        outs = {
-            name: cla.empty(rt.queue, shape, dt, strides=strides, allocator=rt.allocator)
-            for name, shape, dt, strides in self.outputs
+        buffers = {
+            name: given[index] if index is not None else const
+            for name, index, const in self.sources
         }
-        args = list(plan.args)
-        for i, index, const in self.sources:
-            arr = given[index] if index is not None else const
-            args[i] = arr.base_data if arr.size else rt.dummy
-        for i, name in plan.buffers:
-            if name in outs:
-                args[i] = outs[name].base_data if outs[name].size else rt.dummy
-        kernel = plan.kernel
-        if kernel is None:  # learn() keeps no recipe for an empty NDRange
-            return outputs_in_order(self.op, outs)
-        kernel.set_args(*args)
-        cl.enqueue_nd_range_kernel(
-            rt.queue, kernel, plan.geometry.global_size, plan.geometry.local_size
-        )
-        return outputs_in_order(self.op, outs)
+        return outputs_in_order(self.op, rt.enqueue(self.plan, buffers, self.outputs))
 
 
 def eager_plan(

@@ -84,9 +84,21 @@ def prod(shape: tuple[int, ...]) -> int:
 
 
 def array_of(op: OpSig, name: str, value: Any) -> Any:
-    if not hasattr(value, "shape") or not hasattr(value, "dtype"):
+    """`value` if it is an array the op can take; refuses what would lose meaning on the way
+    (a masked array's mask, np.matrix's always-2-d semantics)."""
+    if value is None or not hasattr(value, "shape") or not hasattr(value, "dtype"):
+        what = "None" if value is None else f"a {type(value).__name__}"
         raise CallError(
-            f"{op.name}: input {name!r} is a {type(value).__name__}, not an array "
-            "(pass a NumPy or pyopencl array)"
+            f"{op.name}: input {name!r} is {what}, not an array (pass a NumPy or pyopencl array)"
+        )
+    if isinstance(value, np.ma.MaskedArray):
+        raise CallError(
+            f"{op.name}: input {name!r} is a NumPy masked array (shape {value.shape}); clforge "
+            "would drop its mask: pass np.ma.filled(x, fill) or x.data"
+        )
+    if isinstance(value, np.matrix):
+        raise CallError(
+            f"{op.name}: input {name!r} is an np.matrix (shape {value.shape}), whose operations "
+            "stay 2-d; pass np.asarray(m)"
         )
     return value

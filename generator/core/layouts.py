@@ -75,3 +75,9 @@ def array_layout(arr: Any, candidates: tuple[str, ...] = LAYOUT_NAMES) -> str | 
 def storage_view(arr: Any, layout: str) -> Any:
     """The view of NumPy `arr` whose C order is the memory order of `layout`."""
     return arr.transpose(LAYOUTS[layout].order(arr.ndim))
+
+
+def element_strides(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """Element strides of a broadcast input: its storage strides, 0 on axes of size 1."""
+    full = layout_strides(shape, 1, layout)
+    return tuple(0 if n == 1 else s for s, n in zip(full, shape, strict=True))

@@ -23,6 +23,9 @@ class Level(IntEnum):
 
 DEVICE_TYPES = ("accelerator", "cpu", "gpu")
 VENDORS = ("amd", "apple", "arm", "intel", "nvidia", "pocl", "qualcomm")
+# a device whose vendor is none of those has a profile, but no variant can target its vendor
+UNKNOWN_VENDOR = "unknown"
+PROFILE_VENDORS = (*VENDORS, UNKNOWN_VENDOR)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\- ]{0,63}\Z")
 
 

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
-class Layout:
+class Tree:
     """The folders of one clforge tree (this repository's by default)."""
 
     root: Path = ROOT
@@ -34,4 +34,4 @@ class Layout:
             return path.as_posix()
 
 
-DEFAULT = Layout()
+DEFAULT = Tree()

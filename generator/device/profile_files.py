@@ -15,13 +15,14 @@ from typing import Any
 
 import yaml
 
-from generator.core.located_yaml import LocList, LocMap, YamlProblem, load_yaml, locate
+from generator.core.diagnostics import Collector
+from generator.core.located_yaml import LocList, LocMap, YamlProblem, load_yaml
 from generator.core.tree import DEFAULT, ROOT
 from generator.device.profile import (
     DEVICE_TYPES,
     LOCAL_MEM_TYPES,
+    PROFILE_VENDORS,
     VECTOR_TYPES,
-    VENDORS,
     DeviceProfile,
     as_dict,
 )
@@ -58,17 +59,8 @@ def _shown(value: Any) -> str:
     return f"{kind} ({value!r})"
 
 
-class _Checker:
-    def __init__(self, path: str, tree: LocMap) -> None:
-        self.path = path
-        self.tree = tree
-        self.diags: list[Diagnostic] = []
-
-    def add(
-        self, keys: tuple[int | str, ...], rule: str, message: str, *, at_key: bool = False
-    ) -> None:
-        loc = locate(self.tree, keys, at_key=at_key) or Location(self.path)
-        self.diags.append(Diagnostic(loc, rule, message))
+class _Checker(Collector):
+    """The collector, with readers of typed profile fields."""
 
     def string(self, key: str, *, nullable: bool = False, nonempty: bool = False) -> Any:
         value = self.tree[key]
@@ -209,7 +201,7 @@ def parse_profile(text: str, path: str) -> DeviceProfile:
 
     readers = {
         "name": lambda: check.string("name", nonempty=True),
-        "vendor": lambda: check.choice("vendor", VENDORS),
+        "vendor": lambda: check.choice("vendor", PROFILE_VENDORS),
         "device_type": lambda: check.choice("device_type", DEVICE_TYPES),
         "arch": lambda: check.string("arch", nullable=True, nonempty=True),
         "extensions": check.extensions,
@@ -287,7 +279,7 @@ def find_profile(spec: str, *, profiles_dir: Path = PROFILES_DIR) -> DeviceProfi
     text = spec.strip()
     if text == "auto":
         from generator.device.discovery import default_device
-        from generator.device.profile import from_device
+        from generator.device.query import from_device
 
         return from_device(default_device())
     if _SHIPPED_NAME.match(text) and (profiles_dir / f"{text}.yaml").is_file():

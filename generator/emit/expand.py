@@ -9,46 +9,14 @@ from generator.core.dtypes import DTYPES
 from generator.errors import Diagnostic, SpecError
 from generator.registry.records import (
     Arg,
-    AttrSig,
     Instance,
     Launch,
-    OpSig,
     Requirements,
-    TensorSig,
 )
 from generator.spec.load import LoadedSpec
 from generator.spec.model import OpSpec, VariantSpec
 
 _LIMIT = re.compile(r"\s*(>=|<=|==|>|<)\s*([0-9]+)\s*")
-
-
-def op_signature(loaded: LoadedSpec) -> OpSig:
-    return signature_of(loaded.spec, loaded.path)
-
-
-def signature_of(spec: OpSpec, path: str) -> OpSig:
-
-    def tensors(group: dict) -> tuple[TensorSig, ...]:
-        return tuple(
-            TensorSig(
-                name, t.shape, t.dtype, spec.layouts_of(name), t.broadcast, t.optional, t.fill
-            )
-            for name, t in group.items()
-        )
-
-    return OpSig(
-        name=spec.op,
-        doc=spec.doc,
-        dims=spec.dims,
-        inputs=tensors(spec.inputs),
-        outputs=tensors(spec.outputs),
-        attrs=tuple(AttrSig(n, a.type, a.default) for n, a in spec.attrs.items()),
-        dtypes=spec.dtypes,
-        spec=path,
-        derived=tuple(spec.derived.items()),
-        checks=tuple((c.expr, c.message) for c in spec.checks),
-        call=spec.call,
-    )
 
 
 def instance_name(

@@ -7,8 +7,8 @@ import dataclasses
 import hashlib
 from dataclasses import dataclass
 
-from generator.core.tree import DEFAULT, Layout
-from generator.emit.expand import expand, op_signature
+from generator.core.tree import DEFAULT, Tree
+from generator.emit.expand import expand
 from generator.emit.ops_doc import ops_doc
 from generator.emit.ops_module import ops_source
 from generator.emit.registry_module import registry_source
@@ -36,14 +36,14 @@ class Output:
     files: dict[str, str]  # path relative to the tree's root -> text
 
 
-def build(layout: Layout = DEFAULT) -> Output:
+def build(tree: Tree = DEFAULT) -> Output:
     """Everything generation would write, computed in memory; raises SpecError/TemplateError."""
-    renderer = Renderer(layout)
+    renderer = Renderer(tree)
     ops: list[OpSig] = []
     instances: list[Instance] = []
     files: dict[str, str] = {"generated/__init__.py": INIT}
-    for loaded in load_specs(layout):
-        sig = op_signature(loaded)
+    for loaded in load_specs(tree):
+        sig = loaded.signature()
         ops.append(sig)
         for inst in expand(loaded):
             text = renderer.render(inst, sig, inst.template)
@@ -56,13 +56,13 @@ def build(layout: Layout = DEFAULT) -> Output:
     return Output(tuple(ops), tuple(instances), files)
 
 
-def generate(layout: Layout = DEFAULT, *, check: bool = False) -> Plan:
+def generate(tree: Tree = DEFAULT, *, check: bool = False) -> Plan:
     """Bring generated/ up to date (or, with check, raise StaleError if it is not)."""
-    out = build(layout)
-    p = plan(layout.root, out.files, MANAGED)
+    out = build(tree)
+    p = plan(tree.root, out.files, MANAGED)
     if check:
         if not p.clean:
             raise StaleError(list(p.write + p.remove))
         return p
-    apply(layout.root, out.files, p)
+    apply(tree.root, out.files, p)
     return p

@@ -11,7 +11,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from generator.core.dtypes import DTYPES
 from generator.core.identifiers import identifier_problem
-from generator.core.tree import DEFAULT, Layout
+from generator.core.tree import DEFAULT, Tree
 from generator.errors import TemplateError
 from generator.registry.records import Instance, OpSig
 
@@ -38,13 +38,13 @@ def _template_line(exc: BaseException, root: Path) -> str:
 class Renderer:
     """Renders instances of one tree's templates; one Jinja environment, loaded lazily."""
 
-    def __init__(self, layout: Layout = DEFAULT) -> None:
-        self.layout = layout
+    def __init__(self, tree: Tree = DEFAULT) -> None:
+        self.tree = tree
 
     @cached_property
     def env(self) -> jinja2.Environment:
         env = ImmutableSandboxedEnvironment(
-            loader=jinja2.FileSystemLoader(str(self.layout.templates)),
+            loader=jinja2.FileSystemLoader(str(self.tree.templates)),
             undefined=jinja2.StrictUndefined,
             autoescape=False,
             trim_blocks=True,
@@ -74,12 +74,12 @@ class Renderer:
         except jinja2.TemplateNotFound as exc:
             raise TemplateError(
                 f"{inst.name}: template {exc.name!r} not found under "
-                f"{self.layout.rel(self.layout.templates)}/"
+                f"{self.tree.rel(self.tree.templates)}/"
             ) from None
         except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
             msg = getattr(exc, "message", None) or str(exc)
             raise TemplateError(
-                f"{_template_line(exc, self.layout.templates)}: rendering {inst.name} failed: {msg}"
+                f"{_template_line(exc, self.tree.templates)}: rendering {inst.name} failed: {msg}"
             ).with_traceback(None) from None
         except RecursionError:
             raise TemplateError(f"{template}: rendering {inst.name} recursed too deeply") from None

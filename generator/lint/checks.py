@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from generator.core.tree import DEFAULT, Layout
-from generator.emit.expand import expand, op_signature
+from generator.core.tree import DEFAULT, Tree
+from generator.emit.expand import expand
 from generator.emit.render import Renderer
 from generator.errors import (
     BuildError,
@@ -72,12 +72,12 @@ class Report:
 # --- which files --------------------------------------------------------------------------------
 
 
-def spec_paths(paths: Sequence[Path], layout: Layout = DEFAULT) -> list[Path]:
+def spec_paths(paths: Sequence[Path], tree: Tree = DEFAULT) -> list[Path]:
     """The spec files named by `paths` (files, or folders of *.yaml); the tree's specs if none."""
     if not paths:
-        found = spec_files(layout.specs)
+        found = spec_files(tree.specs)
         if not found:
-            raise UsageError(f"no spec files (*.yaml) in {layout.rel(layout.specs)}/")
+            raise UsageError(f"no spec files (*.yaml) in {tree.rel(tree.specs)}/")
         return found
     out: dict[Path, Path] = {}
     for p in paths:
@@ -130,13 +130,13 @@ def modeline_problem(text: str, path: str) -> Diagnostic | None:
     )
 
 
-def _check_file(f: Path, layout: Layout, loaded: list[LoadedSpec]) -> list[Diagnostic]:
-    rel = layout.rel(f)
-    text, found = read_spec(f, layout)
+def _check_file(f: Path, tree: Tree, loaded: list[LoadedSpec]) -> list[Diagnostic]:
+    rel = tree.rel(f)
+    text, found = read_spec(f, tree)
     if text is None:
         return found
     modeline = modeline_problem(text, rel)
-    spec, found = check_text(text, rel, layout)
+    spec, found = check_text(text, rel, tree)
     if spec is not None:
         loaded.append(spec)
     return found + ([modeline] if modeline else [])
@@ -149,7 +149,7 @@ def render_problems(loaded: LoadedSpec, renderer: Renderer) -> list[Diagnostic]:
         instances = expand(loaded)
     except SpecError as exc:
         return list(exc.diagnostics)
-    sig = op_signature(loaded)
+    sig = loaded.signature()
     failed: dict[str, list[str]] = {}
     total: dict[str, int] = {}
     for inst in instances:
@@ -178,18 +178,18 @@ def render_problems(loaded: LoadedSpec, renderer: Renderer) -> list[Diagnostic]:
     return out
 
 
-def freshness_problems(layout: Layout) -> list[Diagnostic]:
+def freshness_problems(tree: Tree) -> list[Diagnostic]:
     """`clforge generate --check` as findings, one per differing file under generated/."""
     from generator.emit.generate import generate
 
     try:
-        generate(layout, check=True)
+        generate(tree, check=True)
     except StaleError as exc:
         out = []
         for p in exc.paths:
             what = (
                 "differs from what the specs give, or is no longer produced by them"
-                if (layout.root / p).exists()
+                if (tree.root / p).exists()
                 else "is missing: the specs give this file"
             )
             out.append(Diagnostic(Location(p), "stale-output", f"{what}; run `clforge generate`"))
@@ -198,7 +198,7 @@ def freshness_problems(layout: Layout) -> list[Diagnostic]:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return [
             Diagnostic(
-                Location(layout.rel(layout.generated)),
+                Location(tree.rel(tree.generated)),
                 "stale-output",
                 f"cannot check generated/: the tree's specs do not generate ({first}); lint "
                 "all of specs/",
@@ -228,7 +228,7 @@ def compiler_errors(log: str) -> list[tuple[int, int, str]]:
     return out
 
 
-def compile_problems(layout: Layout, loaded: Sequence[LoadedSpec]) -> list[Diagnostic]:
+def compile_problems(tree: Tree, loaded: Sequence[LoadedSpec]) -> list[Diagnostic]:
     """Build every instance of the loaded ops on the default OpenCL device; each compiler error
     becomes a finding at the variant's `template:`, quoting the generated file's line."""
     from generator.registry import loader as registry
@@ -239,7 +239,7 @@ def compile_problems(layout: Layout, loaded: Sequence[LoadedSpec]) -> list[Diagn
         from generator.runtime.launch import Runtime
     except ImportError as exc:
         raise DeviceError(f"--compile needs pyopencl and an OpenCL driver: {exc}") from None
-    reg = registry.load(layout)
+    reg = registry.load(tree)
     try:
         rt = Runtime(reg=reg)
     except cl.Error as exc:
@@ -284,7 +284,7 @@ def compile_problems(layout: Layout, loaded: Sequence[LoadedSpec]) -> list[Diagn
 
 def lint(
     paths: Sequence[Path] = (),
-    layout: Layout = DEFAULT,
+    tree: Tree = DEFAULT,
     *,
     freshness: bool = True,
     compile: bool = False,
@@ -294,29 +294,29 @@ def lint(
     `generated/` is checked for freshness (and, with `compile`, built) only when every linted
     file is one of the tree's own specs and no spec has an error.
     """
-    files = spec_paths(paths, layout)
-    own = all(f.resolve().parent == layout.specs.resolve() for f in files)
+    files = spec_paths(paths, tree)
+    own = all(f.resolve().parent == tree.specs.resolve() for f in files)
     if compile and not own:
         raise UsageError("--compile builds the tree's own specs: lint files under specs/")
     findings: list[Diagnostic] = []
     loaded: list[LoadedSpec] = []
     for f in files:
-        findings += _guarded(layout.rel(f), partial(_check_file, f, layout, loaded))
-    findings += _guarded(layout.rel(layout.specs), partial(duplicate_ops, loaded))
-    renderer = Renderer(layout)
+        findings += _guarded(tree.rel(f), partial(_check_file, f, tree, loaded))
+    findings += _guarded(tree.rel(tree.specs), partial(duplicate_ops, loaded))
+    renderer = Renderer(tree)
     for spec in loaded:
         findings += _guarded(spec.path, partial(render_problems, spec, renderer))
     blocked = any(d.severity is Severity.ERROR for d in findings)
     if own and (freshness or compile) and not blocked:
-        stale = _guarded(layout.rel(layout.generated), partial(freshness_problems, layout))
+        stale = _guarded(tree.rel(tree.generated), partial(freshness_problems, tree))
         findings += stale
         if compile and not stale:
             findings += _guarded(
-                layout.rel(layout.generated), partial(compile_problems, layout, loaded)
+                tree.rel(tree.generated), partial(compile_problems, tree, loaded)
             )
     return Report(
         tuple(sorted(_printable(rules.normalized(d)) for d in findings)),
-        tuple(layout.rel(f) for f in files),
+        tuple(tree.rel(f) for f in files),
     )
 
 

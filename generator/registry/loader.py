@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from generator.core import expressions as guards
-from generator.core.tree import DEFAULT, Layout
+from generator.core.tree import DEFAULT, Tree
 from generator.errors import ClforgeError, GenerationError
 from generator.registry.records import Instance, OpSig
 
@@ -70,18 +71,18 @@ def _parse_exprs(
     )
 
 
-def load(layout: Layout = DEFAULT) -> Registry:
+def load(tree: Tree = DEFAULT) -> Registry:
     """The registry of a tree: `generated.registry` for this repository, else by file path."""
-    if layout == DEFAULT:
+    if tree == DEFAULT:
         module = importlib.import_module("generated.registry")
     else:
-        path = layout.generated / "registry.py"
+        path = tree.generated / "registry.py"
         spec = importlib.util.spec_from_file_location(f"clforge_registry_{abs(hash(path))}", path)
         if spec is None or spec.loader is None:
             raise GenerationError(f"no registry at {path}; run `clforge generate`")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-    reg = Registry(dict(module.OPS), dict(module.INSTANCES), layout.generated)
+    reg = Registry(dict(module.OPS), dict(module.INSTANCES), tree.generated)
     for inst in reg.instances.values():  # every guard and launch size parsed once, up front
         try:
             reg.exprs(inst)
@@ -95,3 +96,9 @@ def load(layout: Layout = DEFAULT) -> Registry:
 @cache
 def default() -> Registry:
     return load(DEFAULT)
+
+
+def guard_holds(reg: Registry, inst: Instance, env: Mapping[str, int]) -> bool:
+    """Whether `inst`'s guard holds for `env` (the dims and the int attributes)."""
+    guard = reg.exprs(inst).guard
+    return guard is None or guard.holds({**env, **inst.param_map})

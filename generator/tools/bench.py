@@ -29,7 +29,8 @@ import numpy as np
 import pyopencl.array as cla
 
 from generator import references as reference
-from generator.call.dispatcher import bind, dispatcher
+from generator.call.binding import bind
+from generator.call.dispatcher import dispatcher
 from generator.core.dtypes import DTYPES
 
 
@@ -235,7 +236,7 @@ def bench_throughput(repeats: int = 5) -> list[dict[str, object]]:
         inner = 1 if case.work(case.sizes) > 1e9 else 3
         t_np = next(np_times) if case.numpy else float("nan")
         times = {
-            k: median_time(functools.partial(rt.run, p, dev), q.finish, repeats, inner)
+            k: median_time(functools.partial(rt.enqueue, p, dev), q.finish, repeats, inner)
             for k, p in plans.items()
         }
         work = case.work(case.sizes) / 1e9

@@ -7,24 +7,24 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
-from generator.core.tree import DEFAULT, Layout
+from generator.core.tree import DEFAULT, Tree
 from generator.errors import ClforgeError, SpecError, StaleError, UsageError
 
 Command = Callable[[argparse.Namespace], int]
 
 
-def _layout(args: argparse.Namespace) -> Layout:
+def _tree(args: argparse.Namespace) -> Tree:
     from pathlib import Path
 
-    return Layout(Path(args.root).resolve()) if args.root else DEFAULT
+    return Tree(Path(args.root).resolve()) if args.root else DEFAULT
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from generator.emit.generate import generate
 
-    layout = _layout(args)
+    tree = _tree(args)
     try:
-        p = generate(layout, check=args.check)
+        p = generate(tree, check=args.check)
     except StaleError as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -44,10 +44,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     from generator.spec.model import schema_text
 
-    layout = _layout(args)
+    tree = _tree(args)
     text = schema_text()
-    path = layout.specs / "schema.json"
-    shown = layout.rel(path)
+    path = tree.specs / "schema.json"
+    shown = tree.rel(path)
     if args.write:
         from generator.emit.writer import atomic_write
 
@@ -82,7 +82,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
     try:
         report = lint(
             [Path(p) for p in args.paths],
-            _layout(args),
+            _tree(args),
             freshness=not args.no_freshness,
             compile=args.compile,
         )
@@ -126,7 +126,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         shipped_profiles,
     )
 
-    profiles = _layout(args).root / "profiles"
+    profiles = _tree(args).root / "profiles"
     if args.list:
         for stem in shipped_profiles(profiles):
             p = load_profile(profiles / f"{stem}.yaml")
