@@ -94,3 +94,72 @@ def test_cli_check_exit_codes(tree: Tree, capsys: pytest.CaptureFixture[str]) ->
     (tree.generated / "registry.py").write_text("# edited by hand\n")
     assert main(["--root", str(tree.root), "generate", "--check"]) == 1
     assert "generated/registry.py" in capsys.readouterr().err
+
+
+# A generation killed (SIGKILL) right after it wrote the temporary file of its K-th file.
+KILLED = """
+import os, signal, sys, tempfile
+from pathlib import Path
+os.umask(0o022)
+sys.argv[1:] = []
+count = [0]
+real = tempfile.mkstemp
+def mkstemp(*args, **kwargs):
+    fd, name = real(*args, **kwargs)
+    count[0] += 1
+    if count[0] == int(os.environ["KILL_AT"]):
+        os.write(fd, b"half")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return fd, name
+tempfile.mkstemp = mkstemp
+from generator.core.tree import Tree
+from generator.emit.generate import generate
+generate(Tree(Path(os.environ["TREE"])))
+"""
+
+
+def _killed_generate(tree: Tree, at: int) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KILL_AT": str(at), "TREE": str(tree.root)}
+    done = subprocess.run([sys.executable, "-c", KILLED], env=env, capture_output=True)
+    assert done.returncode == -9, done.stderr.decode()[-2000:]
+
+
+@pytest.mark.slow
+def test_interrupted_generation_leaves_no_debris_and_is_refused_at_run_time(tree: Tree) -> None:
+    import stat
+
+    from generator.registry import loader as registry_mod
+    from generator.errors import GenerationError
+
+    generate(tree)
+    reg = registry_mod.load(tree)
+    # change every unary kernel, then kill the regeneration half-way through the kernels
+    cpu = tree.templates / "elementwise" / "unary_cpu.cl.j2"
+    cpu.write_text(cpu.read_text() + "\n// changed\n")
+    _killed_generate(tree, 5)
+    debris = [p for p in tree.root.rglob(".*") if p.is_file()]
+    assert debris, "the kill left no temporary file: the test did not hit the write window"
+    with pytest.raises(StaleError) as err:
+        generate(tree, check=True)
+    for p in debris:
+        assert tree.rel(p) in err.value.paths  # --check names the debris
+    # the kernels on disk and the registry in memory now come from two generations
+    changed = [i for i in reg.instances.values() if i.template == "elementwise/unary_cpu.cl.j2"]
+    mismatched = []
+    for inst in changed:
+        try:
+            reg.source(inst)
+        except GenerationError as exc:
+            assert "run `clforge generate`" in str(exc)
+            mismatched.append(inst.name)
+    assert mismatched, "no kernel of the interrupted run was written"
+    p = generate(tree)
+    assert not [q for q in tree.root.rglob(".*") if q.is_file()], "debris survived generate"
+    assert set(map(tree.rel, debris)) <= set(p.remove)
+    assert generate(tree, check=True).clean
+    for f in (tree.generated / "registry.py", tree.root / p.write[0]):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644, f"{f} is not the umask's mode"

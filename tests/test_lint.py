@@ -483,3 +483,23 @@ def test_compile_a_clean_spec(
     rc, out, err = cli(capsys, "--root", root, "lint", "--compile")
     assert (rc, out) == (0, "")
     assert err.strip() == "clforge lint: 1 file, 0 errors, 0 warnings"
+
+
+def test_invalid_utf8_is_located_at_its_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_tree(tmp_path)
+    spec = tmp_path / "specs" / "relu.yaml"
+    lines = spec.read_bytes().split(b"\n")
+    lines[2] = b"doc: \"caf\xc3\xa9 \xff\""  # line 3: a valid 2-byte character, then a bad byte
+    spec.write_bytes(b"\n".join(lines))
+    rc, out, _ = cli(capsys, "--root", str(tmp_path), "lint", "--no-freshness", "--format", "json")
+    assert rc == 1
+    (finding,) = json.loads(out)["findings"]
+    assert (finding["path"], finding["line"], finding["col"], finding["rule"]) == (
+        "specs/relu.yaml",
+        3,
+        11,
+        "io",
+    )
+    assert "byte 0xff is not valid UTF-8" in finding["message"]

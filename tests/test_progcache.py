@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pyopencl as cl
+import pytest
 
 from generator.runtime.program_cache import ProgramCache
 
@@ -76,3 +77,38 @@ def test_the_suite_never_writes_the_users_cache() -> None:
     for cache in (ProgramCache.default(), dispatcher().runtime.cache):
         assert cache.directory is not None
         assert not cache.directory.resolve().is_relative_to(home)
+
+
+def _damage(entry: Path, how: str, at: float) -> None:
+    data = bytearray(entry.read_bytes())
+    cut = int(len(data) * at)
+    if how == "truncate":
+        entry.write_bytes(bytes(data[:cut]))
+    else:  # flip 16 bytes at the cut point
+        for i in range(cut, min(cut + 16, len(data))):
+            data[i] ^= 0xFF
+        entry.write_bytes(bytes(data))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("how", "at"),
+    [("truncate", f) for f in (0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99)]
+    + [("flip", f) for f in (0.0, 0.02, 0.2, 0.5, 0.8, 0.98)],
+)
+def test_damaged_entry_is_removed_and_rebuilt_not_trusted(tmp_path: Path, how: str, at: float):
+    """Damage that would crash PoCL (a truncated or bit-flipped binary) never reaches it: the
+    checksum refuses the entry, which is removed with a warning and rebuilt."""
+    cache, pocl = tmp_path / "cache", tmp_path / "pocl"
+    _run(cache, pocl)
+    (entry,) = cache.glob("*.bin")
+    _damage(entry, how, at)
+    env = {**os.environ, "CLFORGE_CACHE_DIR": str(cache), "POCL_CACHE_DIR": str(pocl)}
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", SCRIPT], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    stats = json.loads(done.stdout.strip().splitlines()[-1])
+    assert stats == {"memory_hits": 0, "disk_hits": 0, "builds": 1, "rebuilt_corrupt": 1}
+    assert "removed and rebuilt from source" in done.stderr
+    assert _run(cache, pocl)["disk_hits"] == 1  # the rebuilt entry is good again

@@ -1,11 +1,12 @@
-"""Writing generated files: deterministic, write-if-changed, atomic, stale files removed."""
+"""Writing generated files: deterministic, write-if-changed, atomic (see
+:mod:`generator.core.atomic_file`), stale files and the debris of interrupted writes removed."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from generator.core.atomic_file import atomic_write, is_debris
 
 # Files under the output folder that clforge owns; anything else there is left alone.
 OWNED_SUFFIXES = (".cl", ".py", ".md")
@@ -16,7 +17,7 @@ class Plan:
     """What writing `wanted` into a folder would do."""
 
     write: tuple[str, ...]  # new or changed, relative paths
-    remove: tuple[str, ...]  # stale files clforge owns
+    remove: tuple[str, ...]  # stale files clforge owns, and debris of interrupted writes
     unchanged: int
 
     @property
@@ -25,16 +26,22 @@ class Plan:
 
 
 def _owned(root: Path, managed: tuple[str, ...]) -> list[str]:
-    found: list[str] = []
+    found: set[str] = set()
     for sub in managed:
         base = root / sub
         if base.is_file():
-            found.append(sub)
+            found.add(sub)
         elif base.is_dir():
-            found.extend(
+            found.update(
                 p.relative_to(root).as_posix()
                 for p in base.rglob("*")
-                if p.is_file() and p.suffix in OWNED_SUFFIXES
+                if p.is_file() and (p.suffix in OWNED_SUFFIXES or is_debris(p))
+            )
+        if base.parent.is_dir():  # debris of a managed file sits beside it
+            found.update(
+                p.relative_to(root).as_posix()
+                for p in base.parent.glob(f".{base.name}.*")
+                if is_debris(p)
             )
     return sorted(found)
 
@@ -55,23 +62,6 @@ def plan(root: Path, wanted: dict[str, str], managed: tuple[str, ...]) -> Plan:
             write.append(rel)
     remove = [rel for rel in _owned(root, managed) if rel not in wanted]
     return Plan(tuple(write), tuple(remove), unchanged)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temporary file in the same folder and rename: old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def apply(root: Path, wanted: dict[str, str], p: Plan) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 from collections.abc import Mapping
@@ -51,13 +52,22 @@ class Registry:
         return _parse_exprs(inst.guard, inst.launch.global_size, inst.launch.local_size)
 
     def source(self, inst: Instance) -> str:
+        """The kernel source of `inst`, which must be the text the registry was generated with
+        (an interrupted or partial `clforge generate` leaves kernels and registry out of step)."""
         path = self.generated / inst.source
         try:
-            return path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise GenerationError(
-                f"{inst.name}: cannot read {path}: {exc}; run `make generate`"
+                f"{inst.name}: cannot read {path}: {exc}; run `clforge generate`"
             ) from None
+        if inst.sha256 and hashlib.sha256(text.encode("utf-8")).hexdigest() != inst.sha256:
+            raise GenerationError(
+                f"{inst.name}: {path} does not match the hash its registry records, so the "
+                "kernels and the registry come from different generations (an interrupted "
+                "`clforge generate`?); run `clforge generate`"
+            )
+        return text
 
 
 @cache

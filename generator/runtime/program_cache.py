@@ -1,10 +1,11 @@
 """The program cache: built programs per context in memory, and their binaries on disk.
 
 A disk entry is keyed by the source hash, the build options, the platform, device and driver
-versions and the clforge version, so any change to one of them misses. A binary that fails to
-load or build (corrupt, truncated, from another driver) is rebuilt from source and replaced.
-`CLFORGE_CACHE_DIR` moves the folder (default ~/.cache/clforge); `CLFORGE_CACHE=0` turns the
-disk part off.
+versions and the clforge version, so any change to one of them misses. Each entry carries a
+checksum of its binary, verified before the binary reaches the driver: a truncated or damaged
+file (which can crash a driver that trusts it) is removed with a warning and rebuilt from
+source, and so is a binary the driver refuses. `CLFORGE_CACHE_DIR` moves the folder (default
+~/.cache/clforge); `CLFORGE_CACHE=0` turns the disk part off.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ from pathlib import Path
 import pyopencl as cl
 
 from generator import __version__
-from generator.emit.writer import atomic_write_bytes
-from generator.errors import BuildError
+from generator.core.atomic_file import atomic_write_bytes
+from generator.errors import BuildError, ClforgeWarning
+
+# entry = MAGIC, the sha256 of the binary (32 bytes), its length (8 bytes, little-endian), binary
+MAGIC = b"clforge-program-1\n"
+_HEAD = len(MAGIC) + 32 + 8
 
 
 @dataclass
@@ -29,6 +34,22 @@ class CacheStats:
     disk_hits: int = 0
     builds: int = 0
     rebuilt_corrupt: int = 0
+
+
+def pack_entry(binary: bytes) -> bytes:
+    return MAGIC + hashlib.sha256(binary).digest() + len(binary).to_bytes(8, "little") + binary
+
+
+def unpack_entry(data: bytes) -> bytes | None:
+    """The binary of a cache entry, or None when the entry is damaged in any way."""
+    if len(data) < _HEAD or not data.startswith(MAGIC):
+        return None
+    digest = data[len(MAGIC) : len(MAGIC) + 32]
+    length = int.from_bytes(data[len(MAGIC) + 32 : _HEAD], "little")
+    binary = data[_HEAD:]
+    if length != len(binary) or not binary or hashlib.sha256(binary).digest() != digest:
+        return None
+    return binary
 
 
 @dataclass
@@ -67,7 +88,7 @@ class ProgramCache:
             return prog
         path = self.directory / f"{key}.bin" if self.directory is not None else None
         if path is not None and path.is_file():
-            prog = self._from_binary(ctx, device, path, options)
+            prog = self._from_disk(ctx, device, name, path, options)
             if prog is not None:
                 self.stats.disk_hits += 1
                 self._memory[mem_key] = prog
@@ -80,27 +101,41 @@ class ProgramCache:
             binary = binaries[0] if binaries else b""
             if binary:
                 try:
-                    atomic_write_bytes(path, bytes(binary))
+                    atomic_write_bytes(path, pack_entry(bytes(binary)))
                 except OSError as exc:  # a read-only home must not break launching
                     warnings.warn(
-                        f"clforge: cannot write program cache {path}: {exc}", stacklevel=2
+                        f"clforge: cannot write program cache {path}: {exc}",
+                        ClforgeWarning,
+                        stacklevel=2,
                     )
         self._memory[mem_key] = prog
         return prog
 
     @staticmethod
-    def _from_binary(
-        ctx: cl.Context, device: cl.Device, path: Path, options: str
+    def _from_disk(
+        ctx: cl.Context, device: cl.Device, name: str, path: Path, options: str
     ) -> cl.Program | None:
+        """The program from a verified entry, or None after removing an unusable one."""
         try:
-            binary = path.read_bytes()
-            if not binary:
-                return None
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return cl.Program(ctx, [device], [binary]).build(options=options)
-        except (OSError, cl.Error, cl.RuntimeError):
+            binary = unpack_entry(path.read_bytes())
+        except OSError:
             return None
+        problem = "is damaged (its checksum or length does not match)"
+        if binary is not None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    return cl.Program(ctx, [device], [binary]).build(options=options)
+            except (cl.Error, cl.RuntimeError):
+                problem = "was refused by the driver"
+        warnings.warn(
+            f"clforge: the cached binary of {name} ({path}) {problem}; removed and rebuilt "
+            "from source",
+            ClforgeWarning,
+            stacklevel=4,
+        )
+        path.unlink(missing_ok=True)
+        return None
 
     @staticmethod
     def _from_source(ctx: cl.Context, name: str, source: str, options: str) -> cl.Program:

@@ -86,11 +86,29 @@ def spec_files(root: Path) -> list[Path]:
 
 
 def read_spec(path: Path, tree: Tree = DEFAULT) -> tuple[str | None, list[Diagnostic]]:
-    """The text of one spec file, or None and why it cannot be read."""
+    """The text of one spec file, or None and why it cannot be read (located, for bytes that
+    are not UTF-8)."""
+    shown = tree.rel(path)
     try:
-        return path.read_text(encoding="utf-8"), []
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, [Diagnostic(Location(tree.rel(path)), "io", f"cannot read spec: {exc}")]
+        data = path.read_bytes()
+    except OSError as exc:
+        return None, [Diagnostic(Location(shown), "io", f"cannot read spec: {exc}")]
+    try:
+        return data.decode("utf-8"), []
+    except UnicodeDecodeError as exc:
+        return None, [utf8_problem(data, exc, shown)]
+
+
+def utf8_problem(data: bytes, exc: UnicodeDecodeError, path: str) -> Diagnostic:
+    """Where the first byte that is not UTF-8 sits, as line and column (of characters)."""
+    before = data[: exc.start]
+    line = before.count(b"\n") + 1
+    col = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", errors="replace")) + 1
+    return Diagnostic(
+        Location(path, line, col),
+        "io",
+        f"byte 0x{data[exc.start]:02x} is not valid UTF-8 ({exc.reason}); specs are UTF-8 text",
+    )
 
 
 def duplicate_ops(loaded: Sequence[LoadedSpec]) -> list[Diagnostic]:

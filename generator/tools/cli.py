@@ -49,7 +49,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
     path = tree.specs / "schema.json"
     shown = tree.rel(path)
     if args.write:
-        from generator.emit.writer import atomic_write
+        from generator.core.atomic_file import atomic_write
 
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             print(f"{shown} is up to date")
