@@ -490,7 +490,7 @@ def test_invalid_utf8_is_located_at_its_line_and_column(
 ) -> None:
     make_tree(tmp_path)
     spec = tmp_path / "specs" / "relu.yaml"
-    lines = spec.read_bytes().split(b"\n")
+    lines = (ROOT / "specs" / "relu.yaml").read_bytes().split(b"\n")
     lines[2] = b"doc: \"caf\xc3\xa9 \xff\""  # line 3: a valid 2-byte character, then a bad byte
     spec.write_bytes(b"\n".join(lines))
     rc, out, _ = cli(capsys, "--root", str(tmp_path), "lint", "--no-freshness", "--format", "json")
@@ -499,7 +499,7 @@ def test_invalid_utf8_is_located_at_its_line_and_column(
     assert (finding["path"], finding["line"], finding["col"], finding["rule"]) == (
         "specs/relu.yaml",
         3,
-        11,
+        12,  # d-o-c-:-space-"-c-a-f-é-space, then the bad byte: characters, not bytes
         "io",
     )
     assert "byte 0xff is not valid UTF-8" in finding["message"]
