@@ -8,23 +8,32 @@ Tests are hermetic: clforge's program cache lives in a temporary folder for the 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
-
-@pytest.fixture(scope="session", autouse=True)
-def _hermetic_cache(tmp_path_factory: pytest.TempPathFactory):
-    """Point clforge's disk cache at a temporary folder; subprocesses inherit it."""
-    old = os.environ.get("CLFORGE_CACHE_DIR")
-    os.environ["CLFORGE_CACHE_DIR"] = str(tmp_path_factory.mktemp("clforge-cache"))
-    yield
-    if old is None:
-        os.environ.pop("CLFORGE_CACHE_DIR", None)
-    else:
-        os.environ["CLFORGE_CACHE_DIR"] = old
-
 from generator.registry import loader as registry_mod
 from generator.registry.loader import Registry
+
+_CACHE_ENV = "CLFORGE_CACHE_DIR"
+_saved: dict[str, str | None] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any test module is imported: clforge's disk cache goes to a temporary folder
+    (subprocesses inherit it), never to ~/.cache/clforge."""
+    _saved[_CACHE_ENV] = os.environ.get(_CACHE_ENV)
+    os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="clforge-test-cache-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(os.environ[_CACHE_ENV], ignore_errors=True)
+    old = _saved.get(_CACHE_ENV)
+    if old is None:
+        os.environ.pop(_CACHE_ENV, None)
+    else:
+        os.environ[_CACHE_ENV] = old
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,18 @@ def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _check_options(sig: OpSig, options: Mapping[str, Any]) -> None:
+    """Options typed bool take True or False only, as NumPy's keepdims does (a string would be
+    taken by its truthiness)."""
+    for p in CONVENTIONS[sig.call].params(sig):
+        value = options.get(p.name)
+        if p.annotation == "bool" and p.name in options and not isinstance(value, bool | np.bool_):
+            raise CallError(
+                f"{sig.name}: {p.name} must be True or False, got {value!r} "
+                f"({type(value).__name__})"
+            )
+
+
 @dataclass(frozen=True)
 class EagerCall:
     """An eager call in the op's own terms: canonical inputs (optional ones filled) and
@@ -71,6 +83,10 @@ def prepare(
     if len(inputs) != len(sig.inputs):
         raise CallError(f"{op}: takes {len(sig.inputs)} inputs, got {len(inputs)}")
     given = {t.name: a for t, a in zip(sig.inputs, inputs, strict=True)}
+    for t in sig.inputs:
+        if given[t.name] is None and not t.optional:
+            raise CallError(f"{op}: input {t.name!r} is None; it is required (an array)")
+    _check_options(sig, options or {})
     try:
         canon = CONVENTIONS[sig.call].canonical(sig, given, options or {})
         filled = _filled(d, sig, canon.inputs)
