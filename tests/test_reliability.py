@@ -110,7 +110,9 @@ def _pool_blocks() -> int:
             "sum: keepdims must be True or False, got None (NoneType)",
         ),
         (
-            lambda: ops.gemm(np.ones((3, 4), np.float32), np.ones((4, 2), np.float32), trans_a="yes"),
+            lambda: ops.gemm(
+                np.ones((3, 4), np.float32), np.ones((4, 2), np.float32), trans_a="yes"
+            ),
             "gemm: trans_a must be True or False, got 'yes' (str)",
         ),
         (
@@ -138,8 +140,11 @@ def test_an_output_beyond_the_largest_allocation_is_refused() -> None:
     if n > 2**31 - 1:
         pytest.skip("the index-range check comes first on this device")
     x = np.broadcast_to(np.float32(1), (n,))  # no host memory behind it
-    with pytest.raises(CallError, match=r"relu: output 'y' of shape \(\d+,\) needs \d+ bytes, "
-                       r"more than the device's largest allocation"):
+    with pytest.raises(
+        CallError,
+        match=r"relu: output 'y' of shape \(\d+,\) needs \d+ bytes, "
+        r"more than the device's largest allocation",
+    ):
         ops.relu(x)
 
 
