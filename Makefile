@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 OPENCL := $(VENV)/.opencl
 
-.PHONY: setup generate check lint test demo bench clean
+.PHONY: setup generate check lint test demo bench gpu-check-dry gpu-check-sim clean
 
 $(INSTALLED): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -46,10 +46,33 @@ test: $(OPENCL)
 	$(BIN)/clforge generate --check
 	$(BIN)/clforge lint
 	$(BIN)/clforge schema --check
-	$(BIN)/ruff check generator tests
+	$(BIN)/ruff check generator tests tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
+
+# The GPU check kit (README.md, "Checking on a GPU"), tried here so that a lent GPU machine is never
+# spent on a typo: build the wheelhouse (.gpu-wheels/, from PyPI), then the run step against the
+# local OpenCL device. GPU_CHECK_TESTS is pytest's -k (empty: the whole suite, as on the GPU).
+GPU_CHECK_DEVICE ?= pocl
+GPU_CHECK_TESTS ?= test_instance_matches_numpy and (relu or softmax)
+GPU_CHECK_OPS ?=
+gpu-check-dry: $(OPENCL)
+	tools/gpu-check prepare --host-python $(BIN)/python
+	out=$$(mktemp -d "$${TMPDIR:-/tmp}/gpu-check-dry.XXXXXX") && \
+	  tools/gpu-check run --skip-install --skip-driver --python $(BIN)/python \
+	    --device-match '$(GPU_CHECK_DEVICE)' --tests '$(GPU_CHECK_TESTS)' --ops '$(GPU_CHECK_OPS)' \
+	    --out "$$out" && echo "results in $$out"
+
+# As the GPU machine runs it, offline install included: SIM_PY is a Python of the wheelhouse's
+# version (3.12) with NumPy and without pyopencl; the local PoCL stands in for NVIDIA's driver.
+SIM_PY ?= python3.12
+gpu-check-sim: $(OPENCL)
+	tools/gpu-check prepare --host-python $(BIN)/python
+	out=$$(mktemp -d "$${TMPDIR:-/tmp}/gpu-check-sim.XXXXXX") && \
+	  tools/gpu-check simulate --host-python $(BIN)/python --python '$(SIM_PY)' \
+	    --tests '$(GPU_CHECK_TESTS)' --ops '$(GPU_CHECK_OPS)' --out "$$out" && \
+	  echo "results in $$out"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
