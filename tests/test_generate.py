@@ -98,20 +98,20 @@ def test_cli_check_exit_codes(tree: Tree, capsys: pytest.CaptureFixture[str]) ->
 
 # A generation killed (SIGKILL) right after it wrote the temporary file of its K-th file.
 KILLED = """
-import os, signal, sys, tempfile
+import os, signal
 from pathlib import Path
 os.umask(0o022)
-sys.argv[1:] = []
+import generator.core.atomic_file as atomic_file
 count = [0]
-real = tempfile.mkstemp
-def mkstemp(*args, **kwargs):
-    fd, name = real(*args, **kwargs)
+real = atomic_file._temporary
+def temporary(path):
+    fd, tmp = real(path)
     count[0] += 1
     if count[0] == int(os.environ["KILL_AT"]):
         os.write(fd, b"half")
         os.kill(os.getpid(), signal.SIGKILL)
-    return fd, name
-tempfile.mkstemp = mkstemp
+    return fd, tmp
+atomic_file._temporary = temporary
 from generator.core.tree import Tree
 from generator.emit.generate import generate
 generate(Tree(Path(os.environ["TREE"])))
@@ -165,3 +165,25 @@ def test_interrupted_generation_leaves_no_debris_and_is_refused_at_run_time(tree
     assert generate(tree, check=True).clean
     for f in (tree.generated / "registry.py", tree.root / p.write[0]):
         assert stat.S_IMODE(f.stat().st_mode) == 0o644, f"{f} is not the umask's mode"
+
+
+def test_the_stamp_makes_a_no_op_generate_skip_the_build(
+    tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from generator.emit import generate as generate_mod
+
+    generate(tree)
+    calls = []
+    real = generate_mod.build
+    monkeypatch.setattr(generate_mod, "build", lambda t: calls.append(t) or real(t))
+    assert generate(tree).clean and generate(tree, check=True).clean and not calls
+    # anything generation reads or owns changing sends it back to a full build
+    kernel = next(tree.generated.rglob("*.cl"))
+    kernel.write_text(kernel.read_text() + "// edited by hand\n")
+    assert generate(tree, check=False).write == (tree.rel(kernel),) and len(calls) == 1
+    assert generate(tree).clean and len(calls) == 1
+    (tree.generated / "kernels" / ".x.cl.abcd1234.tmp").write_text("")
+    assert generate(tree).remove == ("generated/kernels/.x.cl.abcd1234.tmp",)
+    template = tree.templates / "elementwise" / "unary_gpu.cl.j2"
+    template.write_text(template.read_text() + "\n// changed\n")
+    assert generate(tree).write and len(calls) == 3

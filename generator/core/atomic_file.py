@@ -1,7 +1,7 @@
 """Writing one file atomically: through a temporary file in the same folder, renamed over the
 target, so a reader (or an interrupted writer) sees the old file or the new one, never half.
 
-The temporary files are named `.<name>.<random>.clforge-tmp`; a writer killed before its rename
+The temporary files are named `.<name>.<pid>-<n>.clforge-tmp`; a writer killed before its rename
 leaves one behind, which :func:`is_debris` recognises and generation removes. The new file gets
 the mode of the file it replaces, else the user's umask (not mkstemp's 0600).
 """
@@ -9,8 +9,8 @@ the mode of the file it replaces, else the user's umask (not mkstemp's 0600).
 from __future__ import annotations
 
 import os
+import itertools
 import re
-import tempfile
 from pathlib import Path
 
 TMP_SUFFIX = ".clforge-tmp"
@@ -33,21 +33,34 @@ def is_debris(path: Path) -> bool:
     return (name.startswith(".") and name.endswith(TMP_SUFFIX)) or bool(_LEGACY_DEBRIS.match(name))
 
 
+_counter = itertools.count()
+
+
+def _temporary(path: Path) -> tuple[int, Path]:
+    """A new file beside `path`, opened for writing, that no other writer can have."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{next(_counter)}{TMP_SUFFIX}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
+        except FileExistsError:  # debris of an earlier process with this pid
+            continue
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temporary file in the same folder and rename: old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = path.stat().st_mode & 0o7777
-    except OSError:
+    except FileNotFoundError:
         mode = _DEFAULT_MODE
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TMP_SUFFIX, dir=path.parent)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _temporary(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), mode)
             fh.write(data)
-        Path(tmp).replace(path)
+        tmp.replace(path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

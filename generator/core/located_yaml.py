@@ -164,6 +164,21 @@ def _flow_depth_problem(text: str, path: str) -> Diagnostic | None:
     return None
 
 
+_FAST = getattr(yaml, "CSafeLoader", None)  # libyaml's composer: the same nodes, 15x faster
+
+
+def _compose(text: str) -> yaml.Node | None:
+    """The document's node tree. libyaml composes ASCII text (its columns count bytes); any
+    other text, and any text it finds fault with, goes to PyYAML's own composer, whose messages
+    are the ones reported."""
+    if _FAST is not None and text.isascii() and not Reader.NON_PRINTABLE.search(text):
+        try:
+            return yaml.compose(text, Loader=_FAST)
+        except yaml.YAMLError:
+            pass
+    return yaml.compose(text, Loader=yaml.SafeLoader)
+
+
 def load_yaml(text: str, path: str) -> Any:
     """Parse one YAML document into LocMap/LocList/scalars; raise YamlProblem on any problem."""
     if len(text) > MAX_BYTES:
@@ -174,7 +189,7 @@ def load_yaml(text: str, path: str) -> Any:
     if problem is not None:
         raise YamlProblem(problem)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = _compose(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         loc = Location(path, mark.line + 1, mark.column + 1) if mark else Location(path)

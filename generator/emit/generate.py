@@ -8,15 +8,10 @@ import hashlib
 from dataclasses import dataclass
 
 from generator.core.tree import DEFAULT, Tree
-from generator.emit.expand import expand
-from generator.emit.ops_doc import ops_doc
-from generator.emit.ops_module import ops_source
-from generator.emit.registry_module import registry_source
-from generator.emit.render import Renderer
+from generator.emit import stamp
 from generator.emit.writer import Plan, apply, plan
 from generator.errors import StaleError
 from generator.registry.records import Instance, OpSig
-from generator.spec.load import load_specs
 
 # what generation owns, relative to the tree's root; nothing else there is touched
 MANAGED = (
@@ -38,6 +33,14 @@ class Output:
 
 def build(tree: Tree = DEFAULT) -> Output:
     """Everything generation would write, computed in memory; raises SpecError/TemplateError."""
+    # loading and rendering import pydantic, Jinja and NumPy: only when there is work to do
+    from generator.emit.expand import expand
+    from generator.emit.ops_doc import ops_doc
+    from generator.emit.ops_module import ops_source
+    from generator.emit.registry_module import registry_source
+    from generator.emit.render import Renderer
+    from generator.spec.load import load_specs
+
     renderer = Renderer(tree)
     ops: list[OpSig] = []
     instances: list[Instance] = []
@@ -57,12 +60,17 @@ def build(tree: Tree = DEFAULT) -> Output:
 
 
 def generate(tree: Tree = DEFAULT, *, check: bool = False) -> Plan:
-    """Bring generated/ up to date (or, with check, raise StaleError if it is not)."""
+    """Bring generated/ up to date (or, with check, raise StaleError if it is not). A tree whose
+    stamp still holds (see :mod:`generator.emit.stamp`) is up to date without a rebuild."""
+    count = stamp.fresh(tree, MANAGED)
+    if count is not None:
+        return Plan((), (), count)
     out = build(tree)
     p = plan(tree.root, out.files, MANAGED)
     if check:
         if not p.clean:
             raise StaleError(list(p.write + p.remove))
-        return p
-    apply(tree.root, out.files, p)
+    else:
+        apply(tree.root, out.files, p)
+    stamp.record(tree, MANAGED)
     return p

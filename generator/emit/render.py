@@ -9,6 +9,7 @@ from typing import Any
 import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from generator.core.cache_dir import cache_dir
 from generator.core.dtypes import DTYPES
 from generator.core.identifiers import identifier_problem
 from generator.core.tree import DEFAULT, Tree
@@ -43,8 +44,15 @@ class Renderer:
 
     @cached_property
     def env(self) -> jinja2.Environment:
+        compiled = cache_dir("templates")  # compiled templates, keyed by path and source hash
+        try:
+            if compiled is not None:
+                compiled.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only home: compile every time
+            compiled = None
         env = ImmutableSandboxedEnvironment(
             loader=jinja2.FileSystemLoader(str(self.tree.templates)),
+            bytecode_cache=jinja2.FileSystemBytecodeCache(str(compiled)) if compiled else None,
             undefined=jinja2.StrictUndefined,
             autoescape=False,
             trim_blocks=True,

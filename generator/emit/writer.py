@@ -25,7 +25,7 @@ class Plan:
         return not self.write and not self.remove
 
 
-def _owned(root: Path, managed: tuple[str, ...]) -> list[str]:
+def owned(root: Path, managed: tuple[str, ...]) -> list[str]:
     found: set[str] = set()
     for sub in managed:
         base = root / sub
@@ -60,7 +60,7 @@ def plan(root: Path, wanted: dict[str, str], managed: tuple[str, ...]) -> Plan:
             unchanged += 1
         else:
             write.append(rel)
-    remove = [rel for rel in _owned(root, managed) if rel not in wanted]
+    remove = [rel for rel in owned(root, managed) if rel not in wanted]
     return Plan(tuple(write), tuple(remove), unchanged)
 
 

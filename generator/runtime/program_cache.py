@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import pyopencl as cl
 
 from generator import __version__
 from generator.core.atomic_file import atomic_write_bytes
+from generator.core.cache_dir import cache_dir
 from generator.errors import BuildError, ClforgeWarning
 
 # entry = MAGIC, the sha256 of the binary (32 bytes), its length (8 bytes, little-endian), binary
@@ -60,10 +60,7 @@ class ProgramCache:
 
     @classmethod
     def default(cls) -> ProgramCache:
-        if os.environ.get("CLFORGE_CACHE", "1") == "0":
-            return cls(None)
-        base = os.environ.get("CLFORGE_CACHE_DIR") or Path.home() / ".cache" / "clforge"
-        return cls(Path(base))
+        return cls(cache_dir())
 
     @staticmethod
     def key(device: cl.Device, source: str, options: str) -> str:
