@@ -8,8 +8,8 @@ the mode of the file it replaces, else the user's umask (not mkstemp's 0600).
 
 from __future__ import annotations
 
-import os
 import itertools
+import os
 import re
 from pathlib import Path
 
