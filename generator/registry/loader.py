@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from generator.core import expressions as guards
+from generator.core import expressions
 from generator.core.tree import DEFAULT, Tree
 from generator.errors import ClforgeError, GenerationError
 from generator.registry.records import Instance, OpSig
@@ -20,9 +20,9 @@ from generator.registry.records import Instance, OpSig
 class Exprs:
     """An instance's guard and NDRange, parsed."""
 
-    guard: guards.Expr | None
-    global_size: tuple[guards.Expr, ...]
-    local_size: tuple[guards.Expr, ...] | None
+    guard: expressions.Expr | None
+    global_size: tuple[expressions.Expr, ...]
+    local_size: tuple[expressions.Expr, ...] | None
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,11 @@ class Registry:
     ops: dict[str, OpSig]
     instances: dict[str, Instance]
     generated: Path  # folder holding kernels/
+
+    @property
+    def tree(self) -> Tree:
+        """The tree the registry was generated in (its templates render tuned parameters)."""
+        return Tree(self.generated.parent)
 
     def op(self, name: str) -> OpSig:
         try:
@@ -75,9 +80,9 @@ def _parse_exprs(
     guard: str | None, global_size: tuple[str, ...], local_size: tuple[str, ...] | None
 ) -> Exprs:
     return Exprs(
-        guards.parse(guard, "bool") if guard else None,
-        tuple(guards.parse(e, "int") for e in global_size),
-        tuple(guards.parse(e, "int") for e in local_size) if local_size is not None else None,
+        expressions.parse(guard, "bool") if guard else None,
+        tuple(expressions.parse(e, "int") for e in global_size),
+        tuple(expressions.parse(e, "int") for e in local_size) if local_size is not None else None,
     )
 
 
@@ -96,7 +101,7 @@ def load(tree: Tree = DEFAULT) -> Registry:
     for inst in reg.instances.values():  # every guard and launch size parsed once, up front
         try:
             reg.exprs(inst)
-        except guards.GuardError as exc:
+        except expressions.GuardError as exc:
             raise GenerationError(
                 f"{inst.name}: {exc}; regenerate with `clforge generate`"
             ) from None
@@ -108,7 +113,13 @@ def default() -> Registry:
     return load(DEFAULT)
 
 
-def guard_holds(reg: Registry, inst: Instance, env: Mapping[str, int]) -> bool:
-    """Whether `inst`'s guard holds for `env` (the dims and the int attributes)."""
+def guard_holds(
+    reg: Registry,
+    inst: Instance,
+    env: Mapping[str, int],
+    params: Mapping[str, int] | None = None,
+) -> bool:
+    """Whether `inst`'s guard holds for `env` (the dims and the int attributes), with its
+    default parameters or with `params`."""
     guard = reg.exprs(inst).guard
-    return guard is None or guard.holds({**env, **inst.param_map})
+    return guard is None or guard.holds({**env, **(inst.param_map if params is None else params)})

@@ -10,6 +10,7 @@ interleave the two would run each other's buffers), and kernels are created unde
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from generator.core.dtypes import DTYPES
 from generator.core.layouts import element_strides, layout_strides
 from generator.device.discovery import default_device
 from generator.errors import CallError
+from generator.params.space import Params, as_params
 from generator.registry import loader as registry_mod
 from generator.registry.loader import Registry
 from generator.registry.records import Instance
@@ -46,9 +48,15 @@ class Geometry:
         return any(g == 0 for g in self.global_size)
 
 
-def geometry(reg: Registry, inst: Instance, dims: Mapping[str, int]) -> Geometry:
-    """The NDRange of `inst` for these dims, from the registry's expressions."""
-    env = {**dims, **inst.param_map}
+def geometry(
+    reg: Registry,
+    inst: Instance,
+    dims: Mapping[str, int],
+    params: Mapping[str, int] | None = None,
+) -> Geometry:
+    """The NDRange of `inst` for these dims (and parameters, default the spec's), from the
+    registry's expressions."""
+    env = {**dims, **(inst.param_map if params is None else params)}
     ex = reg.exprs(inst)
     gs = tuple(e.evaluate(env) for e in ex.global_size)
     ls = tuple(e.evaluate(env) for e in ex.local_size) if ex.local_size is not None else None
@@ -67,6 +75,7 @@ class LaunchPlan:
     """A launch with everything but the arrays decided."""
 
     inst: Instance
+    params: Params  # the compile-time parameters the kernel was built with
     kernel: cl.Kernel | None  # None when the NDRange is empty: nothing to run
     geometry: Geometry
     args: tuple[Any, ...]  # scalars in place; None where a buffer goes
@@ -100,7 +109,8 @@ class Runtime:
         self.max_alloc: int = int(self.device.max_mem_alloc_size)
         self.registry = reg or registry_mod.default()
         self.cache = cache if cache is not None else ProgramCache.default()
-        self._kernels: dict[str, cl.Kernel] = {}
+        self._kernels: dict[tuple[str, Params], cl.Kernel] = {}
+        self._sources: dict[tuple[str, Params], str] = {}
         # a kernel holds its arguments: binding and enqueueing are one step under this lock
         self._lock = threading.RLock()
         self.dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)  # for empty tensors
@@ -110,22 +120,40 @@ class Runtime:
 
     # --- building ---------------------------------------------------------------------------
 
-    def build(self, inst: Instance) -> cl.Program:
+    def source(self, inst: Instance, params: Params | None = None) -> str:
+        """The OpenCL C of `inst` with `params` (default: the spec's, as generated). Other
+        parameters are rendered from the tree's templates, once per runtime."""
+        if params is None or params == as_params(inst.param_map):
+            return self.registry.source(inst)
+        key = (inst.name, params)
+        text = self._sources.get(key)
+        if text is None:
+            from generator.emit.render import Renderer  # Jinja only when a tuned set needs it
+
+            tuned = dataclasses.replace(inst, params=params)
+            text = Renderer(self.registry.tree).render(
+                tuned, self.registry.op(inst.op), inst.template
+            )
+            self._sources[key] = text
+        return text
+
+    def build(self, inst: Instance, params: Params | None = None) -> cl.Program:
         """The built program of `inst` (memory cache, then disk cache, then source), with the
         variant's build options."""
         with self._lock:
             return self.cache.program(
-                self.context, self.device, inst.name, self.registry.source(inst), inst.build_options
+                self.context, self.device, inst.name, self.source(inst, params), inst.build_options
             )
 
-    def kernel(self, inst: Instance) -> cl.Kernel:
-        k = self._kernels.get(inst.name)
+    def kernel(self, inst: Instance, params: Params | None = None) -> cl.Kernel:
+        key = (inst.name, params if params is not None else as_params(inst.param_map))
+        k = self._kernels.get(key)
         if k is not None:
             return k
         with self._lock:
-            k = self._kernels.get(inst.name)
+            k = self._kernels.get(key)
             if k is None:
-                k = getattr(self.build(inst), inst.name)
+                k = getattr(self.build(inst, params), inst.name)
                 # declared scalar types let pyopencl bind arguments without probing each one
                 # (15 arguments: 63 us -> 1.2 us per set_args)
                 k.set_scalar_arg_dtypes(
@@ -134,7 +162,7 @@ class Runtime:
                         for a in inst.args
                     ]
                 )
-                self._kernels[inst.name] = k
+                self._kernels[key] = k
         return k
 
     # --- planning and launching -------------------------------------------------------------
@@ -145,13 +173,15 @@ class Runtime:
         dims: Mapping[str, int],
         attrs: Mapping[str, float | int],
         shapes: Mapping[str, tuple[int, ...]] | None = None,
+        params: Params | None = None,
     ) -> LaunchPlan:
         """Everything about a launch but the arrays. `attrs` are every attribute's value
         (defaults resolved, see :func:`generator.call.binding.resolve_attrs`); `shapes` (the
         inputs' shapes) give the strides of broadcast inputs, else every input has the full
-        shape."""
+        shape. `params` are the compile-time parameters (default: the spec's)."""
         op = self.registry.op(inst.op)
-        geo = geometry(self.registry, inst, dims)
+        params = params if params is not None else as_params(inst.param_map)
+        geo = geometry(self.registry, inst, dims, dict(params))
         scalars: dict[str, float | int] = {**dims, **attrs}
         for t in op.inputs:
             if t.broadcast:
@@ -172,8 +202,8 @@ class Runtime:
             dt = DTYPES[t.dtype or inst.dtype].np_dtype
             strides = layout_strides(shape, dt.itemsize, inst.layout_of(t.name))
             outputs.append((t.name, shape, dt, strides))
-        kernel = None if geo.empty else self.kernel(inst)
-        return LaunchPlan(inst, kernel, geo, tuple(args), tuple(buffers), tuple(outputs))
+        kernel = None if geo.empty else self.kernel(inst, params)
+        return LaunchPlan(inst, params, kernel, geo, tuple(args), tuple(buffers), tuple(outputs))
 
     def empty(self, spec: OutputSpec) -> cla.Array:
         """A device array from the pool: `spec` is (name, shape, dtype, byte strides)."""

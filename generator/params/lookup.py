@@ -1,0 +1,110 @@
+"""Which parameters a call of an instance gets, and where they came from.
+
+Device, most specific first: an override (from Python or $CLFORGE_PARAMS) → a tuning file of
+this exact device → one of the same architecture → one of the same vendor and device type → the
+spec defaults. Shape, within a file: the exact dims → their bucket → the file's catch-all.
+Stale entries (measured on another version of the kernel) are skipped and counted."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from generator.device.profile import DeviceProfile
+from generator.errors import CallError
+from generator.params.database import CATCH_ALL, Entry, TuningFile, bucket_of, schema_hash
+from generator.params.fingerprint import LEVEL_NAMES, Fingerprint
+from generator.params.space import Params, ParamSpace, as_params, params_text
+from generator.registry.records import Instance
+
+PARAMS_ENV = "CLFORGE_PARAMS"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The parameters of one launch and where they came from, for `explain`."""
+
+    params: Params
+    origin: str  # "spec default", "override", or the tuning level
+    entry: Entry | None = None
+    file: str = ""
+
+    def describe(self) -> str:
+        where = f" ({self.file}, bucket {self.entry.bucket})" if self.entry else ""
+        return f"{params_text(self.params)}: {self.origin}{where}"
+
+
+def parse_overrides(text: str) -> dict[str, dict[str, int]]:
+    """`inst:NAME=V,NAME=V;inst2:...` ($CLFORGE_PARAMS) as {instance: {name: value}}."""
+    out: dict[str, dict[str, int]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, sep, assigns = part.partition(":")
+        if not sep:
+            raise CallError(f"${PARAMS_ENV}: {part!r} is not instance:NAME=VALUE,...")
+        values: dict[str, int] = {}
+        for a in filter(None, (x.strip() for x in assigns.split(","))):
+            k, eq, v = a.partition("=")
+            try:
+                values[k.strip()] = int(v)
+            except ValueError:
+                raise CallError(f"${PARAMS_ENV}: {a!r} is not NAME=INTEGER") from None
+            if not eq:
+                raise CallError(f"${PARAMS_ENV}: {a!r} is not NAME=INTEGER")
+        out[name.strip()] = values
+    return out
+
+
+@dataclass
+class ParamLookup:
+    """The tuning files a dispatcher consults for one device, plus overrides."""
+
+    profile: DeviceProfile
+    files: tuple[TuningFile, ...] = ()
+    overrides: dict[str, dict[str, int]] = field(default_factory=dict)
+    stale: set[tuple[str, str]] = field(default_factory=set)  # (file, instance) skipped
+
+    def __post_init__(self) -> None:
+        me = Fingerprint.of(self.profile)
+        ranked = [(me.level(f.device), f) for f in self.files]
+        self._ranked = sorted(
+            ((lvl, f) for lvl, f in ranked if lvl > 0), key=lambda x: -x[0]
+        )
+        self._index: list[tuple[int, TuningFile, dict[tuple[str, str], Entry]]] = [
+            (lvl, f, {e.key: e for e in f.entries}) for lvl, f in self._ranked
+        ]
+
+    @classmethod
+    def from_env(cls, profile: DeviceProfile, files: tuple[TuningFile, ...]) -> ParamLookup:
+        return cls(profile, files, parse_overrides(os.environ.get(PARAMS_ENV, "")))
+
+    def override(self, instance: str, values: Mapping[str, int]) -> None:
+        """Use `values` for `instance` from now on (validated when a call uses them)."""
+        self.overrides[instance] = dict(values)
+
+    def choose(self, inst: Instance, dims: Mapping[str, int]) -> Choice:
+        space = ParamSpace(inst)
+        if not inst.params:
+            return Choice((), "no parameters")
+        given = self.overrides.get(inst.name)
+        if given is not None:
+            params = space.complete(given)
+            problem = space.problem(params, self.profile)
+            if problem:
+                raise CallError(f"{inst.name}: the override {params_text(params)}: {problem}")
+            return Choice(params, "override")
+        sha = schema_hash(inst)
+        exact = bucket_of(dims)
+        shape = as_params(dims)
+        for lvl, f, entries in self._index:
+            candidates = [entries.get((inst.name, exact)), entries.get((inst.name, CATCH_ALL))]
+            for e in candidates:
+                if e is None:
+                    continue
+                if e.sha != sha:
+                    self.stale.add((str(f.path or f.device.slug), inst.name))
+                    continue
+                if space.problem(e.params, self.profile) is None:
+                    origin = LEVEL_NAMES[lvl] + (" (exact shape)" if e.shape == shape else "")
+                    return Choice(e.params, origin, e, f.path.name if f.path else f.device.slug)
+        return Choice(space.defaults, "spec default; nothing tuned applies")
