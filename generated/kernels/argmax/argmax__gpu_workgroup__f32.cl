@@ -32,10 +32,7 @@ __kernel void argmax__gpu_workgroup__f32(
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s_ = 128; s_ > 0; s_ >>= 1) {
         if (l_ < s_) {
-            if (((part_[l_ + s_]) > (part_[l_]) || ((part_[l_ + s_]) == (part_[l_]) && (at_[l_ + s_]) < (at_[l_])) || (isnan(part_[l_ + s_]) && (!isnan(part_[l_]) || (at_[l_ + s_]) < (at_[l_]))))) {
-                part_[l_] = part_[l_ + s_];
-                at_[l_] = at_[l_ + s_];
-            }
+            if (((part_[l_ + s_]) > (part_[l_]) || ((part_[l_ + s_]) == (part_[l_]) && (at_[l_ + s_]) < (at_[l_])) || (isnan(part_[l_ + s_]) && (!isnan(part_[l_]) || (at_[l_ + s_]) < (at_[l_]))))) { part_[l_] = part_[l_ + s_]; at_[l_] = at_[l_ + s_]; }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }

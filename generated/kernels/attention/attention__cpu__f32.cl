@@ -104,8 +104,7 @@ __kernel void attention__cpu__f32(
         ACC_ a0_ = 1;
         ACC_ p0_ = 0;
         if (j_ < lim0_) {
-            const ACC_ s_ = (ds0_ + ((dv0_.s0 + dv0_.s1) + (dv0_.s2 + dv0_.s3))
-                             + ((dv0_.s4 + dv0_.s5) + (dv0_.s6 + dv0_.s7))) * scale;
+            const ACC_ s_ = (ds0_ + ((dv0_.s0 + dv0_.s1) + (dv0_.s2 + dv0_.s3)) + ((dv0_.s4 + dv0_.s5) + (dv0_.s6 + dv0_.s7))) * scale;
             if (s_ > m0_) {
                 a0_ = exp(m0_ - s_);
                 m0_ = s_;
@@ -116,8 +115,7 @@ __kernel void attention__cpu__f32(
         ACC_ a1_ = 1;
         ACC_ p1_ = 0;
         if (j_ < lim1_) {
-            const ACC_ s_ = (ds1_ + ((dv1_.s0 + dv1_.s1) + (dv1_.s2 + dv1_.s3))
-                             + ((dv1_.s4 + dv1_.s5) + (dv1_.s6 + dv1_.s7))) * scale;
+            const ACC_ s_ = (ds1_ + ((dv1_.s0 + dv1_.s1) + (dv1_.s2 + dv1_.s3)) + ((dv1_.s4 + dv1_.s5) + (dv1_.s6 + dv1_.s7))) * scale;
             if (s_ > m1_) {
                 a1_ = exp(m1_ - s_);
                 m1_ = s_;
@@ -128,8 +126,7 @@ __kernel void attention__cpu__f32(
         ACC_ a2_ = 1;
         ACC_ p2_ = 0;
         if (j_ < lim2_) {
-            const ACC_ s_ = (ds2_ + ((dv2_.s0 + dv2_.s1) + (dv2_.s2 + dv2_.s3))
-                             + ((dv2_.s4 + dv2_.s5) + (dv2_.s6 + dv2_.s7))) * scale;
+            const ACC_ s_ = (ds2_ + ((dv2_.s0 + dv2_.s1) + (dv2_.s2 + dv2_.s3)) + ((dv2_.s4 + dv2_.s5) + (dv2_.s6 + dv2_.s7))) * scale;
             if (s_ > m2_) {
                 a2_ = exp(m2_ - s_);
                 m2_ = s_;
@@ -140,8 +137,7 @@ __kernel void attention__cpu__f32(
         ACC_ a3_ = 1;
         ACC_ p3_ = 0;
         if (j_ < lim3_) {
-            const ACC_ s_ = (ds3_ + ((dv3_.s0 + dv3_.s1) + (dv3_.s2 + dv3_.s3))
-                             + ((dv3_.s4 + dv3_.s5) + (dv3_.s6 + dv3_.s7))) * scale;
+            const ACC_ s_ = (ds3_ + ((dv3_.s0 + dv3_.s1) + (dv3_.s2 + dv3_.s3)) + ((dv3_.s4 + dv3_.s5) + (dv3_.s6 + dv3_.s7))) * scale;
             if (s_ > m3_) {
                 a3_ = exp(m3_ - s_);
                 m3_ = s_;
