@@ -22,23 +22,11 @@ from generator.registry.loader import guard_holds
 
 from .checking import assert_close, launch_with_canaries
 
-DEFAULT_SIZES: dict[int, list[tuple[int, ...]]] = {
-    1: [(1,), (7,), (130,), (8195,), (0,)],
-    2: [(1, 1), (7, 13), (31, 130), (3, 100_003), (9, 8), (13, 1000), (0, 5), (5, 0)],
-    3: [(1, 1, 1), (7, 13, 31), (67, 130, 33), (6, 16, 8), (13, 17, 0), (0, 5, 7)],
-}
-
 REG = registry_mod.default()
 
 
 def cases(op_name: str) -> tuple[Case, ...]:
-    ref = references.REFERENCES[op_name]
-    if ref.cases is not None:
-        return ref.cases
-    op = REG.op(op_name)
-    return tuple(
-        Case(dict(zip(op.dims, sizes, strict=True))) for sizes in DEFAULT_SIZES[len(op.dims)]
-    )
+    return references.cases_of(op_name, REG.op(op_name).dims)
 
 
 @pytest.mark.parametrize("name", sorted(REG.instances))

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import pyopencl.array as cla
 
 from generator.call.binding import (
+    Bound,
     bind,
     call_types,
     check_allocations,
@@ -54,6 +55,8 @@ class Launcher(Protocol):
     def execute(self, op: OpSig, plan: LaunchPlan, inputs: Mapping[str, Any]) -> dict[str, Any]: ...
 
     def check_device_arrays(self, op: OpSig, inst: Instance, inputs: Mapping[str, Any]) -> None: ...
+
+    def plan_instance(self, inst: Instance, b: Bound) -> LaunchPlan: ...
 
 
 def specialize(
@@ -146,6 +149,6 @@ class CompiledOp:
         plan_key = (inst.name, tuple(sorted(b.shapes.items())), tuple(sorted(attrs.items())))
         plan = self._plans.get(plan_key)
         if plan is None:
-            plan = d.runtime.plan(inst, b.dims, b.attrs, b.shapes)
+            plan = d.plan_instance(inst, b)
             self._plans[plan_key] = plan
         return outputs_in_order(self.op, d.execute(self.op, plan, inputs))

@@ -24,6 +24,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from generator.call.binding import (
+    Bound,
     bind,
     call_types,
     check_allocations,
@@ -36,6 +37,9 @@ from generator.call.selection import Selection, chosen_or_raise, select
 from generator.device.profile import DeviceProfile
 from generator.device.query import from_device
 from generator.errors import BuildError, CallError, ClforgeWarning, DispatchError
+from generator.params.database import load_folder
+from generator.params.lookup import Choice, ParamLookup
+from generator.params.space import as_params
 from generator.registry.loader import Registry, guard_holds
 from generator.registry.records import Instance, OpSig
 from generator.runtime.launch import LaunchPlan, Runtime
@@ -57,13 +61,31 @@ class Dispatcher:
     runtime: Runtime
     profile: DeviceProfile
     strict: bool = False  # a build failure of the chosen kernel is an error, not a fallback
+    params: ParamLookup | None = None  # tuned parameters; default: the registry's tuning/ folder
     _plans: dict[tuple, LaunchPlan] = field(default_factory=dict, repr=False)
     _choices: dict[tuple, Instance] = field(default_factory=dict, repr=False)
     _recipes: dict[tuple, Replay] = field(default_factory=dict, repr=False)  # eager calls
 
+    def __post_init__(self) -> None:
+        self.lookup: ParamLookup = self.params or ParamLookup.from_env(
+            self.profile, load_folder(self.runtime.registry.tree.tuning)
+        )
+
     @classmethod
     def for_runtime(cls, runtime: Runtime, *, strict: bool = False) -> Dispatcher:
         return cls(runtime, from_device(runtime.device), strict)
+
+    def params_for(self, inst: Instance, env: Mapping[str, int]) -> Choice:
+        """The compile-time parameters `inst` runs with for these sizes, and where they came
+        from: tuned ones whose guard still holds, else the spec defaults."""
+        choice = self.lookup.choose(inst, env)
+        if choice.params and not guard_holds(self.registry, inst, env, dict(choice.params)):
+            return Choice(as_params(inst.param_map), "spec default (the tuned set's guard fails)")
+        return choice
+
+    def plan_instance(self, inst: Instance, b: Bound) -> LaunchPlan:
+        params = self.params_for(inst, b.env).params
+        return self.runtime.plan(inst, b.dims, b.attrs, b.shapes, params)
 
     @property
     def registry(self) -> Registry:
@@ -209,7 +231,7 @@ class Dispatcher:
         layouts = self._best_host_layouts(op, inputs, dtype, layouts, b.env)
         inst = self.choose(op.name, dtype, layouts, b.env)
         self.check_device_arrays(op, inst, inputs)
-        return self.runtime.plan(inst, b.dims, b.attrs, b.shapes)
+        return self.plan_instance(inst, b)
 
     def _best_host_layouts(
         self,
@@ -275,7 +297,7 @@ class Dispatcher:
         if not guard_holds(reg, inst, b.env):
             shown = ", ".join(f"{k}={v}" for k, v in b.env.items())
             raise CallError(f"{inst.name}: guard {inst.guard!r} does not hold for {shown}")
-        return self.execute(op, self.runtime.plan(inst, b.dims, b.attrs, b.shapes), inputs)
+        return self.execute(op, self.plan_instance(inst, b), inputs)
 
     # --- compiled entry points --------------------------------------------------------------
 

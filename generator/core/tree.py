@@ -23,6 +23,11 @@ class Tree:
         return self.root / "templates"
 
     @property
+    def tuning(self) -> Path:
+        """The tuning database: one file per device (see :mod:`generator.params.database`)."""
+        return self.root / "tuning"
+
+    @property
     def generated(self) -> Path:
         return self.root / "generated"
 

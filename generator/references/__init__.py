@@ -32,4 +32,29 @@ def expected(
     return REFERENCES[op].fn(wide, dict(attrs or {}))
 
 
-__all__ = ["REFERENCES", "Case", "Reference", "expected", "make_input"]
+# the cases of an op whose reference lists none, by its number of dims: 1, primes, sizes that
+# are no multiple of any tile or vector width, empty tensors
+DEFAULT_SIZES: dict[int, list[tuple[int, ...]]] = {
+    1: [(1,), (7,), (130,), (8195,), (0,)],
+    2: [(1, 1), (7, 13), (31, 130), (3, 100_003), (9, 8), (13, 1000), (0, 5), (5, 0)],
+    3: [(1, 1, 1), (7, 13, 31), (67, 130, 33), (6, 16, 8), (13, 17, 0), (0, 5, 7)],
+}
+
+
+def cases_of(op: str, dims: tuple[str, ...]) -> tuple[Case, ...]:
+    """The verification cases of `op` (whose dims are `dims`)."""
+    ref = REFERENCES[op]
+    if ref.cases is not None:
+        return ref.cases
+    return tuple(Case(dict(zip(dims, sizes, strict=True))) for sizes in DEFAULT_SIZES[len(dims)])
+
+
+__all__ = [
+    "DEFAULT_SIZES",
+    "REFERENCES",
+    "Case",
+    "Reference",
+    "cases_of",
+    "expected",
+    "make_input",
+]

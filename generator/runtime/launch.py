@@ -112,7 +112,7 @@ class Runtime:
         self._kernels: dict[tuple[str, Params], cl.Kernel] = {}
         self._sources: dict[tuple[str, Params], str] = {}
         # a kernel holds its arguments: binding and enqueueing are one step under this lock
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self.dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)  # for empty tensors
         # outputs and input copies come from a pool: a fresh buffer per call would pay page
         # faults on first touch (a 64 MiB output costs more than the kernel that fills it)
@@ -140,7 +140,7 @@ class Runtime:
     def build(self, inst: Instance, params: Params | None = None) -> cl.Program:
         """The built program of `inst` (memory cache, then disk cache, then source), with the
         variant's build options."""
-        with self._lock:
+        with self.lock:
             return self.cache.program(
                 self.context, self.device, inst.name, self.source(inst, params), inst.build_options
             )
@@ -150,7 +150,7 @@ class Runtime:
         k = self._kernels.get(key)
         if k is not None:
             return k
-        with self._lock:
+        with self.lock:
             k = self._kernels.get(key)
             if k is None:
                 k = getattr(self.build(inst, params), inst.name)
@@ -225,7 +225,7 @@ class Runtime:
         for i, name in plan.buffers:
             arr = outs[name] if name in outs else buffers[name]
             args[i] = arr.base_data if arr.size else self.dummy
-        with self._lock:
+        with self.lock:
             plan.kernel.set_args(*args)
             cl.enqueue_nd_range_kernel(
                 self.queue, plan.kernel, plan.geometry.global_size, plan.geometry.local_size
