@@ -5,7 +5,10 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 OPENCL := $(VENV)/.opencl
 
-.PHONY: setup generate check lint test demo bench gpu-check-dry gpu-check-sim clean
+# make tune: tune every op on the default device (TUNE_ARGS, e.g. TUNE_ARGS='matmul --budget 300')
+TUNE_ARGS ?= --budget 900
+
+.PHONY: setup generate check lint test demo bench tune gpu-check-dry gpu-check-sim clean
 
 $(INSTALLED): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -37,6 +40,9 @@ lint: $(INSTALLED)
 # NumPy is timed with the machine's OpenBLAS settings lifted (they slow current NumPy down)
 bench: $(OPENCL)
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/clforge bench
+
+tune: $(OPENCL)
+	$(BIN)/clforge tune $(TUNE_ARGS)
 
 demo: $(OPENCL)
 	$(BIN)/clforge generate

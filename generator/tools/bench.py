@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,23 +31,7 @@ from generator import references as reference
 from generator.call.binding import bind
 from generator.call.dispatcher import dispatcher
 from generator.core.dtypes import DTYPES
-
-
-def median_time(
-    fn: Callable[[], object], sync: Callable[[], object], repeats: int, inner: int
-) -> float:
-    """Median over `repeats` of the mean time of `inner` back-to-back calls, in seconds."""
-    fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        sync()
-        times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times)
-
+from generator.tune.measure import median_time
 
 # --- per-call overhead ---------------------------------------------------------------------
 

@@ -175,11 +175,25 @@ def cmd_explain(args: argparse.Namespace) -> int:
     dtype = args.dtype or op.dtypes[0]
     if dtype not in op.dtypes:
         raise UsageError(f"--dtype: {args.op} supports {', '.join(op.dtypes)}, not {dtype!r}")
-    sel = select(reg, find_profile(args.device), args.op, dtype, layouts, dims)
+    profile = find_profile(args.device)
+    sel = select(reg, profile, args.op, dtype, layouts, dims)
+    choice = None
+    if sel.chosen and sel.chosen.instance:
+        from generator.params.database import load_folder
+        from generator.params.lookup import ParamLookup
+
+        lookup = ParamLookup.from_env(profile, load_folder(reg.tree.tuning))
+        choice = lookup.choose(reg.instance(sel.chosen.instance), dims)
     if args.json:
-        print(json.dumps(sel.as_dict(), indent=2))
+        doc = sel.as_dict()
+        if choice is not None:
+            doc["params"] = dict(choice.params)
+            doc["params_origin"] = choice.describe()
+        print(json.dumps(doc, indent=2))
     else:
         print(sel.table())
+        if choice is not None:
+            print(f"   params {choice.describe()}")
     return 0 if sel.chosen else 1
 
 
@@ -273,6 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="run every op on the default device, checked against NumPy")
     d.set_defaults(func=cmd_demo)
+
+    from generator.tools import tune_cmd
+
+    tune_cmd.add_parser(sub, _tree)
     return parser
 
 

@@ -1,0 +1,98 @@
+"""`clforge tune`: tune, inspect, check and merge the per-device tuning database."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from generator.core.tree import Tree
+from generator.errors import UsageError
+
+
+def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignore[type-arg]
+    t = sub.add_parser(
+        "tune",
+        help="tune kernel parameters ahead of time for the default device",
+        description="Build, verify and time every candidate parameter set of the instances the "
+        "device would run, at representative shapes (or --shapes), and write the best to "
+        "tuning/<device>.yaml. Killed runs resume from a journal in clforge's cache folder.",
+    )
+    t.add_argument("ops", nargs="*", help="ops to tune (default: every op)")
+    t.add_argument("--dtypes", default="f32,f64", help="dtypes to tune (default: f32,f64)")
+    t.add_argument("--shapes", help="OP:DIM=N,...;OP:... instead of the default shapes")
+    t.add_argument("--budget", type=float, default=600.0, help="seconds for the whole run")
+    t.add_argument("--timeout", type=float, default=120.0, help="seconds per candidate")
+    t.add_argument("--repeats", type=int, default=7, help="timed repeats per candidate")
+    t.add_argument("--fresh", action="store_true", help="forget the journal of earlier runs")
+    t.add_argument("--check", action="store_true", help="list stale entries; exit 1 if any")
+    t.add_argument("--merge", nargs=2, metavar=("A", "B"), help="merge tuning file B into A")
+    t.set_defaults(func=lambda args: cmd_tune(args, tree_of(args)))
+
+
+def cmd_tune(args: argparse.Namespace, tree: Tree) -> int:
+    from generator.params.database import load, load_folder, merge, schema_hash
+    from generator.registry import loader as registry_mod
+    from generator.tune.tuner import stale_entries
+
+    reg = registry_mod.load(tree)
+    if args.merge:
+        a, b = (load(Path(p)) for p in args.merge)
+        current = {i.name: schema_hash(i) for i in reg.instances.values()}
+        merged = merge(a, b, current)
+        merged.save(Path(args.merge[0]))
+        print(f"merged {args.merge[1]} into {args.merge[0]}: {len(merged.entries)} entries")
+        return 0
+    if args.check:
+        stale = stale_entries(reg, load_folder(tree.tuning))
+        for path, e, why in stale:
+            print(f"{path}: {e.instance} bucket {e.bucket}: stale ({why})")
+        print(f"{len(stale)} stale entries", file=sys.stderr)
+        return 1 if stale else 0
+    return _run(args, tree, reg)
+
+
+def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-untyped-def]
+    from tqdm import tqdm
+
+    from generator.device.discovery import default_device
+    from generator.device.query import from_device
+    from generator.params.space import ParamSpace
+    from generator.tune.cases import parse_shapes
+    from generator.tune.tuner import plan_jobs, tune
+
+    ops = args.ops or sorted(reg.ops)
+    unknown = [o for o in ops if o not in reg.ops]
+    if unknown:
+        raise UsageError(f"unknown op {', '.join(unknown)} (ops: {', '.join(sorted(reg.ops))})")
+    profile = from_device(default_device())
+    shapes = parse_shapes(args.shapes) if args.shapes else None
+    jobs = plan_jobs(reg, profile, ops, args.dtypes.split(","), shapes)
+    total = sum(len(list(ParamSpace(j.inst).candidates(profile))) for j in jobs)
+    print(f"tuning {len(jobs)} instance × shape jobs, {total} candidates, on {profile.name}")
+    with tqdm(total=total, unit="cand", disable=None) as bar:
+        report = tune(
+            tree,
+            reg,
+            profile,
+            jobs,
+            budget_s=args.budget,
+            timeout_s=args.timeout,
+            repeats=args.repeats,
+            fresh=args.fresh,
+            progress=bar.update,
+        )
+    for e in report.entries:
+        if e.bucket == "*":
+            continue
+        gain = f"{e.default_us / e.time_us:.2f}x" if e.time_us and e.default_us else "-"
+        params = ",".join(f"{k}={v}" for k, v in e.params)
+        print(f"  {e.instance:48s} {e.bucket:36s} {params:24s} {e.time_us:10.1f} us  {gain}")
+    for inst, params, why in report.rejected:
+        print(f"  rejected {inst} [{params}]: {why.splitlines()[0][:160]}")
+    print(
+        f"wrote {tree.rel(report.path) if report.path else '?'}: {len(report.entries)} entries; "
+        f"{report.measured} candidates measured, {report.reused} from the journal, "
+        f"{len(report.rejected)} rejected, {report.skipped} left out by the budget"
+    )
+    return 0

@@ -1,0 +1,51 @@
+"""The shapes the tuner measures, by default: per op, a representative large call (the sizes
+the benchmarks use) in the op's canonical dims, by calling convention where ops share one.
+`clforge tune --shapes` replaces them."""
+
+from __future__ import annotations
+
+from generator.errors import UsageError
+from generator.references.base import Case
+from generator.registry.records import OpSig
+
+_M = 2**20
+
+BY_CONVENTION: dict[str, tuple[Case, ...]] = {
+    "flat": (Case({"N": 16 * _M}), Case({"N": 256 * 1024})),
+    "broadcast": (
+        Case({"D0": 1, "D1": 1, "D2": 1, "D3": 16 * _M}),
+        Case({"D0": 1, "D1": 1, "D2": 4096, "D3": 1024}, {"b": (1, 1, 1, 1024)}),
+    ),
+    "axis": (Case({"B": 4096, "R": 4096, "I": 1}), Case({"B": 64, "R": 4096, "I": 64})),
+    "trailing": (Case({"B": 4096, "R": 1024}),),
+    "matmul": tuple(
+        Case({"BATCH": 1, "M": n, "N": n, "K": n, "BA": 1, "BB": 1}) for n in (256, 512, 1024)
+    ),
+    "gemm": tuple(Case({"M": n, "N": n, "K": n}, {"bias": (1, 1)}) for n in (512, 1024)),
+    "permute": (
+        Case(
+            {"D0": 1, "D1": 1, "D2": 4096, "D3": 4096}, attrs={"p0": 0, "p1": 1, "p2": 3, "p3": 2}
+        ),
+    ),
+    "conv2d": (Case({"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3}),),
+    "attention": (Case({"B": 1, "H": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64}),),
+}
+
+
+def default_cases(op: OpSig) -> tuple[Case, ...]:
+    return BY_CONVENTION.get(op.call, ())
+
+
+def parse_shapes(text: str) -> dict[str, tuple[Case, ...]]:
+    """`OP:DIM=N,DIM=N;OP:...` as cases per op (repeat an op for several shapes)."""
+    out: dict[str, list[Case]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        op, sep, assigns = part.partition(":")
+        dims: dict[str, int] = {}
+        for a in filter(None, (x.strip() for x in assigns.split(","))):
+            k, eq, v = a.partition("=")
+            if not (sep and eq and v.strip().isdigit()):
+                raise UsageError(f"--shapes: {part!r} is not OP:DIM=N,DIM=N,...")
+            dims[k.strip()] = int(v)
+        out.setdefault(op.strip(), []).append(Case(dims))
+    return {k: tuple(v) for k, v in out.items()}

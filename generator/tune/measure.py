@@ -1,0 +1,70 @@
+"""Timing a launch: a warm-up, then the median over repeats of the mean of back-to-back calls,
+with enough calls per repeat that a repeat lasts long enough to time (these machines are shared
+and noisy: medians, not means, and the tuner re-measures its best candidates)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pyopencl.array as cla
+
+from generator import references
+from generator.core.dtypes import DTYPES
+from generator.registry.records import OpSig
+from generator.runtime.launch import LaunchPlan, Runtime
+
+
+def median_time(
+    fn: Callable[[], object], sync: Callable[[], object], repeats: int, inner: int
+) -> float:
+    """Median over `repeats` of the mean time of `inner` back-to-back calls, in seconds."""
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / inner)
+    return statistics.median(times)
+
+
+def device_inputs(
+    rt: Runtime, op: OpSig, dtype: str, shapes: Mapping[str, tuple[int, ...]], seed: int = 0
+) -> dict[str, cla.Array]:
+    """Random inputs of the op's reference domains, on the device, in row-major layout."""
+    rng = np.random.default_rng(seed)
+    ref = references.REFERENCES[op.name]
+    return {
+        t.name: cla.to_device(
+            rt.queue,
+            references.make_input(
+                rng,
+                tuple(shapes[t.name]),
+                DTYPES[t.dtype or dtype].np_dtype,
+                ref.domains.get(t.name, "normal"),
+            ),
+        )
+        for t in op.inputs
+    }
+
+
+def time_plan(
+    rt: Runtime,
+    plan: LaunchPlan,
+    inputs: Mapping[str, cla.Array],
+    repeats: int = 7,
+    target_s: float = 0.02,
+) -> float:
+    """Seconds per launch of `plan` (outputs allocated from the pool, as eager calls do)."""
+    run = lambda: rt.enqueue(plan, inputs)
+    t0 = time.perf_counter()
+    run()
+    rt.queue.finish()
+    once = max(time.perf_counter() - t0, 1e-6)
+    inner = max(1, min(1000, int(target_s / once)))
+    return median_time(run, rt.queue.finish, repeats, inner)

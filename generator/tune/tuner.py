@@ -1,0 +1,306 @@
+"""The ahead-of-time tuner: for each op × variant × dtype × layouts × shape it can run on the
+device, every candidate parameter set is built, verified against the NumPy reference (a wrong
+candidate is never chosen), and timed out of process (warm-up, median of repeats; the best few
+re-measured); the winners go to the device's tuning file. Measurements are journaled in
+clforge's cache folder, so a killed run resumes where it stopped."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from generator.call.binding import bind_dims, int_attrs, resolve_attrs
+from generator.call.selection import select
+from generator.core.atomic_file import atomic_write
+from generator.core.cache_dir import cache_dir
+from generator.core.tree import Tree
+from generator.device.profile import DeviceProfile
+from generator.errors import ClforgeError
+from generator.params.database import (
+    CATCH_ALL,
+    Entry,
+    TuningFile,
+    bucket_of,
+    load,
+    schema_hash,
+)
+from generator.params.fingerprint import Fingerprint
+from generator.params.space import Params, ParamSpace, as_params, params_text
+from generator.references.base import Case
+from generator.registry.loader import Registry
+from generator.registry.records import Instance
+from generator.tune.cases import default_cases
+from generator.tune.pool import WorkerPool
+
+EXHAUSTIVE = 32  # spaces up to this size are searched exhaustively; larger ones sampled
+REMEASURE = 3  # the best candidates of each job are timed again
+
+
+@dataclass(frozen=True)
+class Job:
+    """One instance at one shape."""
+
+    inst: Instance
+    case: Case
+    dims: tuple[tuple[str, int], ...]  # bound dims (derived included)
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]
+    attrs: tuple[tuple[str, float | int], ...]
+
+    @property
+    def bucket(self) -> str:
+        return bucket_of(dict(self.dims))
+
+
+@dataclass
+class Report:
+    entries: list[Entry] = field(default_factory=list)
+    measured: int = 0  # candidates timed in this run
+    reused: int = 0  # candidates taken from the journal
+    rejected: list[tuple[str, str, str]] = field(default_factory=list)  # instance, params, why
+    skipped: int = 0  # candidates left out when the budget ran out
+    path: Path | None = None
+
+
+def plan_jobs(
+    reg: Registry,
+    profile: DeviceProfile,
+    ops: Iterable[str],
+    dtypes: Iterable[str],
+    cases: Mapping[str, tuple[Case, ...]] | None = None,
+) -> list[Job]:
+    """The instances the device would consider (target, requirements and guard accepted) with
+    parameters to tune, in their first layouts, at each tuning shape of their op."""
+    jobs: list[Job] = []
+    wanted = set(dtypes)
+    for name in ops:
+        op = reg.op(name)
+        for case in (cases or {}).get(name) or default_cases(op):
+            shapes = {
+                t.name: tuple(case.shapes.get(t.name, tuple(case.dims[d] for d in t.shape)))
+                for t in op.inputs
+            }
+            attrs = resolve_attrs(op, case.attrs)
+            dims = bind_dims(op, shapes, attrs)
+            env = {**dims, **int_attrs(op, attrs)}
+            layouts = {t.name: t.layouts[0] for t in op.inputs + op.outputs}
+            for dtype in op.dtypes:
+                if dtype not in wanted:
+                    continue
+                sel = select(reg, profile, name, dtype, layouts, env)
+                for cand in sel.candidates:
+                    if not cand.accepted or cand.instance is None:
+                        continue
+                    inst = reg.instance(cand.instance)
+                    if inst.tunables:
+                        jobs.append(
+                            Job(
+                                inst,
+                                case,
+                                tuple(sorted(dims.items())),
+                                tuple(sorted(shapes.items())),
+                                tuple(sorted(attrs.items())),
+                            )
+                        )
+    return jobs
+
+
+def _search(job: Job, profile: DeviceProfile) -> list[Params]:
+    """The candidates of a job, the spec defaults first: all of a small space, else a sample
+    in a fixed pseudo-random order (the budget decides how far it gets)."""
+    space = ParamSpace(job.inst)
+    points = list(space.candidates(profile))
+    if len(points) <= EXHAUSTIVE:
+        return points
+    rest = points[1:]
+    random.Random(job.inst.name).shuffle(rest)
+    return [points[0], *rest]
+
+
+class Journal:
+    """Measurements of earlier runs: (instance, schema, params, dims) -> microseconds, or the
+    problem that disqualified the candidate."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.done: dict[str, dict[str, Any]] = {}
+        if path is not None and path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                    self.done[rec["key"]] = rec
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut short by a kill
+
+    @staticmethod
+    def key(job: Job, params: Params, round_: int) -> str:
+        return json.dumps(
+            [job.inst.name, schema_hash(job.inst), params, job.dims, job.attrs, round_]
+        )
+
+    def record(self, key: str, result: dict[str, Any]) -> None:
+        rec = {"key": key, **result}
+        self.done[key] = rec
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(rec) + "\n")
+
+
+def tune(
+    tree: Tree,
+    reg: Registry,
+    profile: DeviceProfile,
+    jobs: list[Job],
+    *,
+    budget_s: float = 600.0,
+    timeout_s: float = 120.0,
+    repeats: int = 7,
+    fresh: bool = False,
+    progress: Callable[[int], Any] | None = None,
+) -> Report:
+    """Measure every job's candidates (within the budget) and write the device's tuning file."""
+    me = Fingerprint.of(profile)
+    journal_path = cache_dir("tune", f"{me.slug}.jsonl")
+    if fresh and journal_path is not None:
+        journal_path.unlink(missing_ok=True)
+    journal = Journal(journal_path)
+    pool = WorkerPool(tree.root, timeout_s)
+    report = Report()
+    start = time.monotonic()
+    results: list[tuple[Job, dict[Params, float]]] = []
+    try:
+        for job in jobs:
+            timed: dict[Params, float] = {}
+            for params in _search(job, profile):
+                if time.monotonic() - start > budget_s:
+                    report.skipped += 1
+                    continue
+                res = _measure(pool, journal, report, job, params, 0, repeats)
+                if progress is not None:
+                    progress(1)
+                if res.get("ok"):
+                    timed[params] = float(res["us"])
+                else:
+                    report.rejected.append(
+                        (job.inst.name, params_text(params), str(res.get("problem")))
+                    )
+            best = sorted(timed, key=timed.__getitem__)[:REMEASURE]
+            for params in best if len(timed) > 1 else ():
+                res = _measure(pool, journal, report, job, params, 1, repeats)
+                if res.get("ok"):
+                    timed[params] = min(timed[params], float(res["us"]))
+            if timed:
+                results.append((job, timed))
+    finally:
+        pool.close()
+    report.entries = _entries(results)
+    path = tree.tuning / f"{me.slug}.yaml"
+    existing = load(path) if path.is_file() else TuningFile(me)
+    updated = existing.with_entries(report.entries)
+    tree.tuning.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, updated.text())
+    report.path = path
+    return report
+
+
+def _measure(
+    pool: WorkerPool,
+    journal: Journal,
+    report: Report,
+    job: Job,
+    params: Params,
+    round_: int,
+    repeats: int,
+) -> dict[str, Any]:
+    key = Journal.key(job, params, round_)
+    if key in journal.done:
+        report.reused += 1
+        return journal.done[key]
+    res = pool.request(
+        {
+            "instance": job.inst.name,
+            "params": dict(params),
+            "dims": dict(job.dims),
+            "shapes": {k: list(v) for k, v in job.shapes},
+            "attrs": dict(job.attrs),
+            "repeats": repeats,
+        }
+    )
+    report.measured += 1
+    journal.record(key, res)
+    return res
+
+
+def _entries(results: Iterable[tuple[Job, Mapping[Params, float]]]) -> list[Entry]:
+    """One entry per instance and bucket (the fastest verified candidate), and per instance a
+    catch-all: the parameters with the best geometric mean speedup over every shape it was
+    measured at (among those measured at all of them)."""
+    entries: list[Entry] = []
+    by_inst: dict[str, list[tuple[Job, Mapping[Params, float]]]] = {}
+    for job, timed in results:
+        defaults = as_params(job.inst.param_map)
+        best = min(timed, key=timed.__getitem__)
+        entries.append(
+            Entry(
+                instance=job.inst.name,
+                bucket=job.bucket,
+                params=best,
+                sha=schema_hash(job.inst),
+                shape=job.dims,
+                time_us=timed[best],
+                default_us=timed.get(defaults, 0.0),
+                tried=len(timed),
+            )
+        )
+        by_inst.setdefault(job.inst.name, []).append((job, timed))
+    for name, runs in by_inst.items():
+        common = set.intersection(*(set(t) for _, t in runs))
+        inst = runs[0][0].inst
+        defaults = as_params(inst.param_map)
+        if not common or defaults not in common:
+            continue
+
+        def score(
+            p: Params,
+            runs: list[tuple[Job, Mapping[Params, float]]] = runs,
+            defaults: Params = defaults,
+        ) -> float:
+            prod = 1.0
+            for _, t in runs:
+                prod *= t[p] / t[defaults]
+            return prod ** (1 / len(runs))
+
+        best = min(sorted(common), key=score)
+        entries.append(
+            Entry(
+                instance=name,
+                bucket=CATCH_ALL,
+                params=best,
+                sha=schema_hash(inst),
+                time_us=0.0,
+                default_us=0.0,
+                tried=len(common),
+            )
+        )
+    return sorted(entries)
+
+
+def stale_entries(reg: Registry, files: Iterable[TuningFile]) -> list[tuple[str, Entry, str]]:
+    """(file, entry, why) for every entry that no longer applies to the registry."""
+    out = []
+    for f in files:
+        for e in f.entries:
+            inst = reg.instances.get(e.instance)
+            if inst is None:
+                out.append((str(f.path), e, "the instance no longer exists"))
+            elif schema_hash(inst) != e.sha:
+                out.append((str(f.path), e, "the kernel or its parameter schema changed"))
+    return out
+
+
+__all__ = ["ClforgeError", "Job", "Report", "plan_jobs", "stale_entries", "tune"]

@@ -1,0 +1,67 @@
+"""The tuner's measuring process: candidates run here, out of the tuner's process, so a
+candidate that crashes the driver or hangs costs a restart, not the run.
+
+Protocol: one JSON request per line on stdin, one JSON reply per line on stdout.
+Request: {"instance", "params": {..}, "dims": {..}, "shapes": {..}, "attrs": {..},
+"repeats"}. Reply: {"ok": true, "us": median microseconds} or {"ok": false, "problem": why}.
+Each (instance, params) is verified once against the NumPy reference on the op's cases
+(canary-padded) before it is ever timed; a wrong candidate is reported, never timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from generator.core.tree import Tree
+from generator.errors import ClforgeError
+from generator.params.space import Params, as_params
+from generator.registry import loader as registry_mod
+from generator.runtime.launch import Runtime
+from generator.tune.measure import device_inputs, time_plan
+from generator.tune.verify import verify
+
+
+class Worker:
+    def __init__(self) -> None:
+        root = os.environ.get("CLFORGE_TREE")
+        reg = registry_mod.load(Tree(Path(root))) if root else None
+        self.rt = Runtime(reg=reg)
+        self.verdicts: dict[tuple[str, Params], str | None] = {}
+
+    def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        reg = self.rt.registry
+        inst = reg.instance(req["instance"])
+        params = as_params(req["params"])
+        key = (inst.name, params)
+        if key not in self.verdicts:
+            verdict = verify(self.rt, inst, params)
+            self.verdicts[key] = None if verdict.ok else (verdict.problem or "no case ran")
+        problem = self.verdicts[key]
+        if problem is not None:
+            return {"ok": False, "problem": f"wrong: {problem}"[:2000]}
+        op = reg.op(inst.op)
+        shapes = {k: tuple(v) for k, v in req["shapes"].items()}
+        plan = self.rt.plan(inst, req["dims"], req["attrs"], shapes, params)
+        inputs = device_inputs(self.rt, op, inst.dtype, shapes)
+        seconds = time_plan(self.rt, plan, inputs, repeats=int(req.get("repeats", 7)))
+        return {"ok": True, "us": seconds * 1e6}
+
+
+def main() -> int:
+    worker = Worker()
+    print(json.dumps({"ready": True, "device": worker.rt.device.name}), flush=True)
+    for line in sys.stdin:
+        try:
+            reply = worker.handle(json.loads(line))
+        except ClforgeError as exc:  # a build failure, a bad parameter set: the candidate's
+            reply = {"ok": False, "problem": f"{type(exc).__name__}: {exc}"[:2000]}
+        print(json.dumps(reply), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
