@@ -1,0 +1,280 @@
+"""Ahead-of-time tuning: parameter spaces, the tuning database and its fallback chain, and the
+tuner end to end on a tiny space (a planted wrong candidate, a killed run, a changed kernel)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from generator.core.tree import DEFAULT, Tree
+from generator.device.profile import DeviceProfile
+from generator.emit.generate import generate
+from generator.errors import CallError
+from generator.params.database import (
+    CATCH_ALL,
+    Entry,
+    TuningError,
+    TuningFile,
+    bucket_of,
+    load_folder,
+    merge,
+    parse,
+    schema_hash,
+)
+from generator.params.fingerprint import Fingerprint
+from generator.params.lookup import ParamLookup, parse_overrides
+from generator.params.space import ParamSpace
+from generator.references.base import Case
+from generator.registry import loader as registry_mod
+
+REG = registry_mod.default()
+CPU = DeviceProfile(
+    name="Test CPU",
+    vendor="pocl",
+    device_type="cpu",
+    arch="testlake",
+    max_work_group_size=4096,
+    compute_units=2,
+    driver_version="9.9",
+    preferred_vector_widths=(("float", 16), ("double", 8)),
+)
+GPU = DeviceProfile(
+    name="Test GPU", vendor="nvidia", device_type="gpu", arch="sm_90", max_work_group_size=128
+)
+
+
+# --- spaces -----------------------------------------------------------------------------------
+
+
+def test_space_starts_at_the_defaults_and_keeps_only_valid_points() -> None:
+    inst = REG.instance("relu__cpu__f32")
+    space = ParamSpace(inst)
+    points = list(space.candidates(CPU))
+    assert points[0] == space.defaults
+    assert len(points) == space.size == len(set(points))
+    narrowed = dataclasses.replace(inst, constraints=("CHUNK % 4096 == 0",))
+    assert [dict(p)["CHUNK"] for p in ParamSpace(narrowed).candidates(CPU)] == [4096, 16384, 65536]
+
+
+def test_space_is_pruned_by_the_work_group_limit() -> None:
+    inst = REG.instance("relu__gpu__f32")
+    wgs = {dict(p)["WG"] for p in ParamSpace(inst).candidates(GPU)}
+    assert max(wgs - {dict(inst.params)["WG"]}) <= GPU.max_work_group_size
+    assert "work-group size 256 exceeds" in (
+        ParamSpace(inst).problem(ParamSpace(inst).complete({"WG": 256}), GPU) or ""
+    )
+
+
+# --- the database -----------------------------------------------------------------------------
+
+
+def _entry(inst: str, bucket: str, chunk: int, us: float = 10.0) -> Entry:
+    return Entry(
+        inst, bucket, (("CHUNK", chunk),), schema_hash(REG.instance(inst)), (), us, 20.0, 4
+    )
+
+
+def test_files_are_deterministic_and_round_trip() -> None:
+    f = TuningFile(Fingerprint.of(CPU)).with_entries(
+        [_entry("relu__cpu__f32", "N~1024", 1024), _entry("exp__cpu__f32", CATCH_ALL, 16384)]
+    )
+    text = f.text()
+    assert parse(text, "x.yaml").text() == text
+    shuffled = TuningFile(Fingerprint.of(CPU), tuple(reversed(f.entries))).with_entries([])
+    assert shuffled.text() == text
+
+
+def test_merge_keeps_the_faster_entry_and_refuses_two_devices() -> None:
+    me = Fingerprint.of(CPU)
+    a = TuningFile(me).with_entries([_entry("relu__cpu__f32", "N~1024", 1024, us=9.0)])
+    b = TuningFile(me).with_entries(
+        [_entry("relu__cpu__f32", "N~1024", 4096, us=5.0), _entry("exp__cpu__f32", "*", 1024)]
+    )
+    m = merge(a, b)
+    assert {e.instance: dict(e.params)["CHUNK"] for e in m.entries} == {
+        "relu__cpu__f32": 4096,
+        "exp__cpu__f32": 1024,
+    }
+    with pytest.raises(TuningError, match="two devices"):
+        merge(a, TuningFile(Fingerprint.of(dataclasses.replace(CPU, compute_units=64))))
+
+
+def test_every_level_of_the_fallback_chain() -> None:
+    inst = REG.instance("relu__cpu__f32")
+    dims = {"N": 1000}
+
+    def file_of(profile: DeviceProfile, chunk: int) -> TuningFile:
+        return TuningFile(Fingerprint.of(profile)).with_entries(
+            [_entry(inst.name, bucket_of(dims), chunk)]
+        )
+
+    same_arch = dataclasses.replace(CPU, name="Another CPU", compute_units=8)
+    same_vendor = dataclasses.replace(CPU, name="Old CPU", arch="oldlake")
+    other = dataclasses.replace(CPU, vendor="intel")
+    files = (file_of(other, 64), file_of(same_vendor, 16384), file_of(same_arch, 1024))
+    exact = file_of(CPU, 65536)
+
+    def origin(fs: tuple[TuningFile, ...]) -> tuple[int, str]:
+        c = ParamLookup(CPU, fs).choose(inst, dims)
+        return dict(c.params)["CHUNK"], c.origin
+
+    assert origin((*files, exact)) == (65536, "tuned on this device")
+    assert origin(files) == (1024, "tuned on the same architecture")
+    assert origin(files[:2]) == (16384, "tuned on another device of this vendor and type")
+    assert origin(files[:1]) == (4096, "spec default; nothing tuned applies")
+    # shape: the exact bucket, else the catch-all
+    catch_all = TuningFile(Fingerprint.of(CPU)).with_entries([_entry(inst.name, CATCH_ALL, 1024)])
+    assert ParamLookup(CPU, (catch_all,)).choose(inst, {"N": 7}).params == (("CHUNK", 1024),)
+    # a stale entry is skipped and remembered
+    stale = TuningFile(Fingerprint.of(CPU)).with_entries(
+        [dataclasses.replace(_entry(inst.name, CATCH_ALL, 1024), sha="0" * 16)]
+    )
+    lookup = ParamLookup(CPU, (stale,))
+    assert lookup.choose(inst, dims).origin.startswith("spec default")
+    assert lookup.stale == {(Fingerprint.of(CPU).slug, inst.name)}
+
+
+def test_overrides_from_python_and_the_environment() -> None:
+    inst = REG.instance("relu__cpu__f32")
+    assert parse_overrides("relu__cpu__f32:CHUNK=1024; exp__cpu__f32:CHUNK=64") == {
+        "relu__cpu__f32": {"CHUNK": 1024},
+        "exp__cpu__f32": {"CHUNK": 64},
+    }
+    lookup = ParamLookup(CPU, (), parse_overrides("relu__cpu__f32:CHUNK=1024"))
+    assert lookup.choose(inst, {"N": 9}).describe() == "CHUNK=1024: override"
+    lookup.override(inst.name, {"CHUNK": 12})
+    with pytest.raises(CallError, match="constraint 'CHUNK % 8 == 0' does not hold"):
+        lookup.choose(inst, {"N": 9})
+    lookup.override(inst.name, {"TILE": 8})
+    with pytest.raises(CallError, match="TILE is no parameter"):
+        lookup.choose(inst, {"N": 9})
+
+
+def test_an_override_reaches_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from generated import ops
+    from generator.call.dispatcher import dispatcher
+
+    d = dispatcher()
+    d.lookup.override("relu__cpu__f32", {"CHUNK": 1024})
+    try:
+        x = np.random.default_rng(1).standard_normal(10_000).astype(np.float32)
+        np.testing.assert_array_equal(ops.relu(x), np.maximum(x, 0))
+        plan = next(p for p in d._plans.values() if p.inst.name == "relu__cpu__f32")
+        assert plan.params == (("CHUNK", 1024),)
+        assert plan.geometry.global_size == (10,)  # cdiv(10000, 1024)
+    finally:
+        d.lookup.overrides.pop("relu__cpu__f32")
+        d._plans.clear()
+
+
+# --- the tuner, end to end --------------------------------------------------------------------
+
+WRONG = ' ~ (" + 1" if params.CHUNK == 1024 else "")'
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Tree:
+    """A tree whose cpu unary kernels are wrong for CHUNK=1024 only (and fastest there, maybe)."""
+    shutil.copytree(DEFAULT.specs, tmp_path / "specs")
+    shutil.copytree(DEFAULT.templates, tmp_path / "templates")
+    tpl = tmp_path / "templates/elementwise/unary_cpu.cl.j2"
+    text = tpl.read_text()
+    for acc in ("ACC8_", "ACC_"):
+        call = f'cf.unary(op.name, "v_", "{acc}")'
+        assert call in text
+        text = text.replace(call, f"({call}{WRONG})")
+    tpl.write_text(text)
+    tree = Tree(tmp_path)
+    generate(tree)
+    return tree
+
+
+def _tune(tree: Tree, **kw):  # type: ignore[no-untyped-def]
+    from generator.device.discovery import default_device
+    from generator.device.query import from_device
+    from generator.tune.tuner import plan_jobs, tune
+
+    reg = registry_mod.load(tree)
+    profile = from_device(default_device())
+    cases = {"relu": (Case({"N": 100_003}),)}
+    jobs = plan_jobs(reg, profile, ["relu"], ["f32"], cases)
+    assert [j.inst.name for j in jobs] == ["relu__cpu__f32"]
+    return reg, profile, tune(tree, reg, profile, jobs, repeats=3, **kw)
+
+
+@pytest.mark.slow
+def test_a_wrong_candidate_is_never_chosen_and_the_kernel_change_makes_entries_stale(
+    planted: Tree,
+) -> None:
+    from generator.tune.tuner import stale_entries
+
+    reg, profile, report = _tune(planted, fresh=True)
+    assert [(i, p) for i, p, _ in report.rejected] == [("relu__cpu__f32", "CHUNK=1024")]
+    assert "wrong" in report.rejected[0][2]
+    assert report.entries and all(dict(e.params)["CHUNK"] != 1024 for e in report.entries)
+    (f,) = load_folder(planted.tuning)
+    assert f.device == Fingerprint.of(profile) and f.path == report.path
+    assert {e.bucket for e in f.entries} == {"N~131072", CATCH_ALL}
+    assert not stale_entries(reg, (f,))
+    # the kernel changes: its entries are stale, reported, and no longer used
+    tpl = planted.templates / "elementwise/unary_cpu.cl.j2"
+    tpl.write_text(tpl.read_text() + "\n// changed\n")
+    generate(planted)
+    reg2 = registry_mod.load(planted)
+    assert {e.instance for _, e, _ in stale_entries(reg2, (f,))} == {"relu__cpu__f32"}
+    lookup = ParamLookup(profile, (f,))
+    assert lookup.choose(reg2.instance("relu__cpu__f32"), {"N": 100_003}).origin.startswith(
+        "spec default"
+    )
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_where_it_stopped(planted: Tree) -> None:
+    from generator.params.fingerprint import Fingerprint as Fp
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "generator",
+        "--root",
+        str(planted.root),
+        "tune",
+        "relu",
+        "--dtypes",
+        "f32",
+        "--shapes",
+        "relu:N=100003",
+        "--repeats",
+        "3",
+        "--fresh",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from generator.core.cache_dir import cache_dir
+    from generator.device.discovery import default_device
+    from generator.device.query import from_device
+
+    journal = cache_dir("tune", f"{Fp.of(from_device(default_device())).slug}.jsonl")
+    assert journal is not None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.is_file() and len(journal.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL, "the run ended before it could be killed"
+    done = len(journal.read_text().splitlines())
+    assert done >= 2, "the run was not killed half-way"
+    _, _, report = _tune(planted)
+    assert report.reused >= done - 1  # a line cut short by the kill is measured again
+    assert report.measured + report.reused >= 5  # 4 candidates, 1-3 of them re-measured
+    assert not os.environ.get("CLFORGE_PARAMS")
