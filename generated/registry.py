@@ -11,6 +11,8 @@ from generator.registry.records import (
     Launch,
     OpSig,
     Requirements,
+    Scratch,
+    Step,
     TensorSig,
 )
 
@@ -1508,6 +1510,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'abs__cpu__f64': Instance(
         name='abs__cpu__f64',
@@ -1560,6 +1564,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'abs__cpu__i32': Instance(
         name='abs__cpu__i32',
@@ -1612,6 +1618,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'abs__generic__f16': Instance(
         name='abs__generic__f16',
@@ -1664,6 +1672,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'abs__generic__f32': Instance(
         name='abs__generic__f32',
@@ -1716,6 +1726,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'abs__generic__f64': Instance(
         name='abs__generic__f64',
@@ -1768,6 +1780,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'abs__generic__i32': Instance(
         name='abs__generic__i32',
@@ -1820,6 +1834,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'abs__gpu__f32': Instance(
         name='abs__gpu__f32',
@@ -1872,6 +1888,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'abs__gpu__f64': Instance(
         name='abs__gpu__f64',
@@ -1924,6 +1942,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'abs__gpu__i32': Instance(
         name='abs__gpu__i32',
@@ -1976,6 +1996,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'abs__half__f16': Instance(
         name='abs__half__f16',
@@ -2028,6 +2050,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__cpu__f32': Instance(
         name='add__cpu__f32',
@@ -2176,6 +2200,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__cpu__f64': Instance(
         name='add__cpu__f64',
@@ -2324,6 +2350,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__cpu__i32': Instance(
         name='add__cpu__i32',
@@ -2472,6 +2500,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__generic__f16': Instance(
         name='add__generic__f16',
@@ -2620,6 +2650,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__generic__f32': Instance(
         name='add__generic__f32',
@@ -2768,6 +2800,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__generic__f64': Instance(
         name='add__generic__f64',
@@ -2916,6 +2950,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__generic__i32': Instance(
         name='add__generic__i32',
@@ -3064,6 +3100,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__gpu__f32': Instance(
         name='add__gpu__f32',
@@ -3212,6 +3250,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__gpu__f64': Instance(
         name='add__gpu__f64',
@@ -3360,6 +3400,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__gpu__i32': Instance(
         name='add__gpu__i32',
@@ -3508,6 +3550,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'add__half__f16': Instance(
         name='add__half__f16',
@@ -3656,6 +3700,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__cpu__f32': Instance(
         name='argmax__cpu__f32',
@@ -3724,6 +3770,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__cpu__f64': Instance(
         name='argmax__cpu__f64',
@@ -3792,6 +3840,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__cpu__i32': Instance(
         name='argmax__cpu__i32',
@@ -3860,6 +3910,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__generic__f16': Instance(
         name='argmax__generic__f16',
@@ -3928,6 +3980,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__generic__f32': Instance(
         name='argmax__generic__f32',
@@ -3996,6 +4050,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__generic__f64': Instance(
         name='argmax__generic__f64',
@@ -4064,6 +4120,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__generic__i32': Instance(
         name='argmax__generic__i32',
@@ -4132,6 +4190,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__generic_fp16__f16': Instance(
         name='argmax__generic_fp16__f16',
@@ -4200,6 +4260,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__gpu_workgroup__f32': Instance(
         name='argmax__gpu_workgroup__f32',
@@ -4268,6 +4330,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__gpu_workgroup__f64': Instance(
         name='argmax__gpu_workgroup__f64',
@@ -4336,6 +4400,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'argmax__gpu_workgroup__i32': Instance(
         name='argmax__gpu_workgroup__i32',
@@ -4404,6 +4470,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'attention__cpu__f32': Instance(
         name='attention__cpu__f32',
@@ -4528,6 +4596,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('QB', (1, 2, 4, 8)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'attention__generic__f32': Instance(
         name='attention__generic__f32',
@@ -4652,6 +4722,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'attention__gpu_tiled__f32': Instance(
         name='attention__gpu_tiled__f32',
@@ -4776,6 +4848,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('BK', (8, 16, 32)), ('BQ', (16, 32, 64))),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__cpu__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu__f32__x_nhwc__y_nhwc',
@@ -4972,6 +5046,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__cpu__f32__x_nhwc__y_row': Instance(
         name='conv2d__cpu__f32__x_nhwc__y_row',
@@ -5168,6 +5244,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__cpu__f32__x_row__y_nhwc': Instance(
         name='conv2d__cpu__f32__x_row__y_nhwc',
@@ -5364,6 +5442,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__cpu__f32__x_row__y_row': Instance(
         name='conv2d__cpu__f32__x_row__y_row',
@@ -5560,6 +5640,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__cpu__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu__f64__x_nhwc__y_nhwc',
@@ -5756,6 +5838,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__cpu__f64__x_nhwc__y_row': Instance(
         name='conv2d__cpu__f64__x_nhwc__y_row',
@@ -5952,6 +6036,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__cpu__f64__x_row__y_nhwc': Instance(
         name='conv2d__cpu__f64__x_row__y_nhwc',
@@ -6148,6 +6234,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__cpu__f64__x_row__y_row': Instance(
         name='conv2d__cpu__f64__x_row__y_row',
@@ -6344,6 +6432,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (1, 2, 4, 8)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f16__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f16__x_nhwc__y_nhwc',
@@ -6540,6 +6630,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f16__x_nhwc__y_row': Instance(
         name='conv2d__generic__f16__x_nhwc__y_row',
@@ -6736,6 +6828,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f16__x_row__y_nhwc': Instance(
         name='conv2d__generic__f16__x_row__y_nhwc',
@@ -6932,6 +7026,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f16__x_row__y_row': Instance(
         name='conv2d__generic__f16__x_row__y_row',
@@ -7128,6 +7224,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f32__x_nhwc__y_nhwc',
@@ -7324,6 +7422,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f32__x_nhwc__y_row': Instance(
         name='conv2d__generic__f32__x_nhwc__y_row',
@@ -7520,6 +7620,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f32__x_row__y_nhwc': Instance(
         name='conv2d__generic__f32__x_row__y_nhwc',
@@ -7716,6 +7818,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f32__x_row__y_row': Instance(
         name='conv2d__generic__f32__x_row__y_row',
@@ -7912,6 +8016,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f64__x_nhwc__y_nhwc',
@@ -8108,6 +8214,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f64__x_nhwc__y_row': Instance(
         name='conv2d__generic__f64__x_nhwc__y_row',
@@ -8304,6 +8412,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f64__x_row__y_nhwc': Instance(
         name='conv2d__generic__f64__x_row__y_nhwc',
@@ -8500,6 +8610,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic__f64__x_row__y_row': Instance(
         name='conv2d__generic__f64__x_row__y_row',
@@ -8696,6 +8808,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic_half__f16__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic_half__f16__x_nhwc__y_nhwc',
@@ -8892,6 +9006,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic_half__f16__x_nhwc__y_row': Instance(
         name='conv2d__generic_half__f16__x_nhwc__y_row',
@@ -9088,6 +9204,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic_half__f16__x_row__y_nhwc': Instance(
         name='conv2d__generic_half__f16__x_row__y_nhwc',
@@ -9284,6 +9402,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__generic_half__f16__x_row__y_row': Instance(
         name='conv2d__generic_half__f16__x_row__y_row',
@@ -9480,6 +9600,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__gpu_tiled__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f32__x_nhwc__y_nhwc',
@@ -9676,6 +9798,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__gpu_tiled__f32__x_nhwc__y_row': Instance(
         name='conv2d__gpu_tiled__f32__x_nhwc__y_row',
@@ -9872,6 +9996,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__gpu_tiled__f32__x_row__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f32__x_row__y_nhwc',
@@ -10068,6 +10194,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__gpu_tiled__f32__x_row__y_row': Instance(
         name='conv2d__gpu_tiled__f32__x_row__y_row',
@@ -10264,6 +10392,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__gpu_tiled__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f64__x_nhwc__y_nhwc',
@@ -10460,6 +10590,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__gpu_tiled__f64__x_nhwc__y_row': Instance(
         name='conv2d__gpu_tiled__f64__x_nhwc__y_row',
@@ -10656,6 +10788,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__gpu_tiled__f64__x_row__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f64__x_row__y_nhwc',
@@ -10852,6 +10986,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'conv2d__gpu_tiled__f64__x_row__y_row': Instance(
         name='conv2d__gpu_tiled__f64__x_row__y_row',
@@ -11048,6 +11184,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__cpu__f32': Instance(
         name='div__cpu__f32',
@@ -11196,6 +11334,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__cpu__f64': Instance(
         name='div__cpu__f64',
@@ -11344,6 +11484,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__cpu__i32': Instance(
         name='div__cpu__i32',
@@ -11492,6 +11634,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__generic__f16': Instance(
         name='div__generic__f16',
@@ -11640,6 +11784,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__generic__f32': Instance(
         name='div__generic__f32',
@@ -11788,6 +11934,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__generic__f64': Instance(
         name='div__generic__f64',
@@ -11936,6 +12084,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__generic__i32': Instance(
         name='div__generic__i32',
@@ -12084,6 +12234,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__gpu__f32': Instance(
         name='div__gpu__f32',
@@ -12232,6 +12384,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__gpu__f64': Instance(
         name='div__gpu__f64',
@@ -12380,6 +12534,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__gpu__i32': Instance(
         name='div__gpu__i32',
@@ -12528,6 +12684,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'div__half__f16': Instance(
         name='div__half__f16',
@@ -12676,6 +12834,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'exp__cpu__f32': Instance(
         name='exp__cpu__f32',
@@ -12728,6 +12888,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'exp__cpu__f64': Instance(
         name='exp__cpu__f64',
@@ -12780,6 +12942,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'exp__generic__f16': Instance(
         name='exp__generic__f16',
@@ -12832,6 +12996,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'exp__generic__f32': Instance(
         name='exp__generic__f32',
@@ -12884,6 +13050,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'exp__generic__f64': Instance(
         name='exp__generic__f64',
@@ -12936,6 +13104,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'exp__gpu__f32': Instance(
         name='exp__gpu__f32',
@@ -12988,6 +13158,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'exp__gpu__f64': Instance(
         name='exp__gpu__f64',
@@ -13040,6 +13212,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'exp__half__f16': Instance(
         name='exp__half__f16',
@@ -13092,6 +13266,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gelu__cpu__f32': Instance(
         name='gelu__cpu__f32',
@@ -13152,6 +13328,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gelu__cpu__f64': Instance(
         name='gelu__cpu__f64',
@@ -13212,6 +13390,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gelu__generic__f16': Instance(
         name='gelu__generic__f16',
@@ -13272,6 +13452,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gelu__generic__f32': Instance(
         name='gelu__generic__f32',
@@ -13332,6 +13514,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gelu__generic__f64': Instance(
         name='gelu__generic__f64',
@@ -13392,6 +13576,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gelu__gpu__f32': Instance(
         name='gelu__gpu__f32',
@@ -13452,6 +13638,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gelu__gpu__f64': Instance(
         name='gelu__gpu__f64',
@@ -13512,6 +13700,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gelu__half__f16': Instance(
         name='gelu__half__f16',
@@ -13572,6 +13762,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__cpu_blocked__f32__a_col__b_row': Instance(
         name='gemm__cpu_blocked__f32__a_col__b_row',
@@ -13688,6 +13880,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__cpu_blocked__f32__a_row__b_row': Instance(
         name='gemm__cpu_blocked__f32__a_row__b_row',
@@ -13804,6 +13998,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__cpu_blocked__f64__a_col__b_row': Instance(
         name='gemm__cpu_blocked__f64__a_col__b_row',
@@ -13920,6 +14116,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__cpu_blocked__f64__a_row__b_row': Instance(
         name='gemm__cpu_blocked__f64__a_row__b_row',
@@ -14036,6 +14234,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f16__a_col__b_col': Instance(
         name='gemm__generic__f16__a_col__b_col',
@@ -14152,6 +14352,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f16__a_col__b_row': Instance(
         name='gemm__generic__f16__a_col__b_row',
@@ -14268,6 +14470,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f16__a_row__b_col': Instance(
         name='gemm__generic__f16__a_row__b_col',
@@ -14384,6 +14588,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f16__a_row__b_row': Instance(
         name='gemm__generic__f16__a_row__b_row',
@@ -14500,6 +14706,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f32__a_col__b_col': Instance(
         name='gemm__generic__f32__a_col__b_col',
@@ -14616,6 +14824,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f32__a_col__b_row': Instance(
         name='gemm__generic__f32__a_col__b_row',
@@ -14732,6 +14942,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f32__a_row__b_col': Instance(
         name='gemm__generic__f32__a_row__b_col',
@@ -14848,6 +15060,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f32__a_row__b_row': Instance(
         name='gemm__generic__f32__a_row__b_row',
@@ -14964,6 +15178,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f64__a_col__b_col': Instance(
         name='gemm__generic__f64__a_col__b_col',
@@ -15080,6 +15296,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f64__a_col__b_row': Instance(
         name='gemm__generic__f64__a_col__b_row',
@@ -15196,6 +15414,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f64__a_row__b_col': Instance(
         name='gemm__generic__f64__a_row__b_col',
@@ -15312,6 +15532,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic__f64__a_row__b_row': Instance(
         name='gemm__generic__f64__a_row__b_row',
@@ -15428,6 +15650,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic_half__f16__a_col__b_col': Instance(
         name='gemm__generic_half__f16__a_col__b_col',
@@ -15544,6 +15768,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic_half__f16__a_col__b_row': Instance(
         name='gemm__generic_half__f16__a_col__b_row',
@@ -15660,6 +15886,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic_half__f16__a_row__b_col': Instance(
         name='gemm__generic_half__f16__a_row__b_col',
@@ -15776,6 +16004,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__generic_half__f16__a_row__b_row': Instance(
         name='gemm__generic_half__f16__a_row__b_row',
@@ -15892,6 +16122,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f16__a_col__b_col': Instance(
         name='gemm__gpu_tiled__f16__a_col__b_col',
@@ -16008,6 +16240,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f16__a_col__b_row': Instance(
         name='gemm__gpu_tiled__f16__a_col__b_row',
@@ -16124,6 +16358,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f16__a_row__b_col': Instance(
         name='gemm__gpu_tiled__f16__a_row__b_col',
@@ -16240,6 +16476,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f16__a_row__b_row': Instance(
         name='gemm__gpu_tiled__f16__a_row__b_row',
@@ -16356,6 +16594,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f32__a_col__b_col': Instance(
         name='gemm__gpu_tiled__f32__a_col__b_col',
@@ -16472,6 +16712,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f32__a_col__b_row': Instance(
         name='gemm__gpu_tiled__f32__a_col__b_row',
@@ -16588,6 +16830,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f32__a_row__b_col': Instance(
         name='gemm__gpu_tiled__f32__a_row__b_col',
@@ -16704,6 +16948,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f32__a_row__b_row': Instance(
         name='gemm__gpu_tiled__f32__a_row__b_row',
@@ -16820,6 +17066,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f64__a_col__b_col': Instance(
         name='gemm__gpu_tiled__f64__a_col__b_col',
@@ -16936,6 +17184,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f64__a_col__b_row': Instance(
         name='gemm__gpu_tiled__f64__a_col__b_row',
@@ -17052,6 +17302,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f64__a_row__b_col': Instance(
         name='gemm__gpu_tiled__f64__a_row__b_col',
@@ -17168,6 +17420,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'gemm__gpu_tiled__f64__a_row__b_row': Instance(
         name='gemm__gpu_tiled__f64__a_row__b_row',
@@ -17284,6 +17538,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'layer_norm__cpu__f32': Instance(
         name='layer_norm__cpu__f32',
@@ -17368,6 +17624,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'layer_norm__cpu__f64': Instance(
         name='layer_norm__cpu__f64',
@@ -17452,6 +17710,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'layer_norm__generic__f16': Instance(
         name='layer_norm__generic__f16',
@@ -17536,6 +17796,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'layer_norm__generic__f32': Instance(
         name='layer_norm__generic__f32',
@@ -17620,6 +17882,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'layer_norm__generic__f64': Instance(
         name='layer_norm__generic__f64',
@@ -17704,6 +17968,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'layer_norm__generic_fp16__f16': Instance(
         name='layer_norm__generic_fp16__f16',
@@ -17788,6 +18054,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'layer_norm__gpu_workgroup__f32': Instance(
         name='layer_norm__gpu_workgroup__f32',
@@ -17872,6 +18140,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'layer_norm__gpu_workgroup__f64': Instance(
         name='layer_norm__gpu_workgroup__f64',
@@ -17956,6 +18226,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'leaky_relu__cpu__f32': Instance(
         name='leaky_relu__cpu__f32',
@@ -18016,6 +18288,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'leaky_relu__cpu__f64': Instance(
         name='leaky_relu__cpu__f64',
@@ -18076,6 +18350,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'leaky_relu__generic__f16': Instance(
         name='leaky_relu__generic__f16',
@@ -18136,6 +18412,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'leaky_relu__generic__f32': Instance(
         name='leaky_relu__generic__f32',
@@ -18196,6 +18474,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'leaky_relu__generic__f64': Instance(
         name='leaky_relu__generic__f64',
@@ -18256,6 +18536,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'leaky_relu__gpu__f32': Instance(
         name='leaky_relu__gpu__f32',
@@ -18316,6 +18598,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'leaky_relu__gpu__f64': Instance(
         name='leaky_relu__gpu__f64',
@@ -18376,6 +18660,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'leaky_relu__half__f16': Instance(
         name='leaky_relu__half__f16',
@@ -18436,6 +18722,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log__cpu__f32': Instance(
         name='log__cpu__f32',
@@ -18488,6 +18776,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log__cpu__f64': Instance(
         name='log__cpu__f64',
@@ -18540,6 +18830,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log__generic__f16': Instance(
         name='log__generic__f16',
@@ -18592,6 +18884,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log__generic__f32': Instance(
         name='log__generic__f32',
@@ -18644,6 +18938,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log__generic__f64': Instance(
         name='log__generic__f64',
@@ -18696,6 +18992,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log__gpu__f32': Instance(
         name='log__gpu__f32',
@@ -18748,6 +19046,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log__gpu__f64': Instance(
         name='log__gpu__f64',
@@ -18800,6 +19100,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log__half__f16': Instance(
         name='log__half__f16',
@@ -18852,6 +19154,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__cpu__f32': Instance(
         name='log_softmax__cpu__f32',
@@ -18920,6 +19224,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__cpu__f64': Instance(
         name='log_softmax__cpu__f64',
@@ -18988,6 +19294,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__cpu_vec8__f32': Instance(
         name='log_softmax__cpu_vec8__f32',
@@ -19056,6 +19364,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__cpu_vec8__f64': Instance(
         name='log_softmax__cpu_vec8__f64',
@@ -19124,6 +19434,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__generic__f16': Instance(
         name='log_softmax__generic__f16',
@@ -19192,6 +19504,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__generic__f32': Instance(
         name='log_softmax__generic__f32',
@@ -19260,6 +19574,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__generic__f64': Instance(
         name='log_softmax__generic__f64',
@@ -19328,6 +19644,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__generic_fp16__f16': Instance(
         name='log_softmax__generic_fp16__f16',
@@ -19396,6 +19714,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__gpu_workgroup__f32': Instance(
         name='log_softmax__gpu_workgroup__f32',
@@ -19464,6 +19784,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__gpu_workgroup__f64': Instance(
         name='log_softmax__gpu_workgroup__f64',
@@ -19532,6 +19854,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__subgroup__f32': Instance(
         name='log_softmax__subgroup__f32',
@@ -19600,6 +19924,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__subgroup__f64': Instance(
         name='log_softmax__subgroup__f64',
@@ -19668,6 +19994,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__subgroup_intel__f32': Instance(
         name='log_softmax__subgroup_intel__f32',
@@ -19736,6 +20064,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'log_softmax__subgroup_intel__f64': Instance(
         name='log_softmax__subgroup_intel__f64',
@@ -19804,6 +20134,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'matmul__cpu_blocked__f32__a_col__b_row': Instance(
         name='matmul__cpu_blocked__f32__a_col__b_row',
@@ -19904,6 +20236,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__cpu_blocked__f32__a_row__b_row': Instance(
         name='matmul__cpu_blocked__f32__a_row__b_row',
@@ -20004,6 +20338,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__cpu_blocked__f64__a_col__b_row': Instance(
         name='matmul__cpu_blocked__f64__a_col__b_row',
@@ -20104,6 +20440,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__cpu_blocked__f64__a_row__b_row': Instance(
         name='matmul__cpu_blocked__f64__a_row__b_row',
@@ -20204,6 +20542,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TM', (2, 4, 6, 8)), ('TN', (8, 16, 32))),
         constraints=('TN % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f16__a_col__b_col': Instance(
         name='matmul__generic__f16__a_col__b_col',
@@ -20304,6 +20644,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f16__a_col__b_row': Instance(
         name='matmul__generic__f16__a_col__b_row',
@@ -20404,6 +20746,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f16__a_row__b_col': Instance(
         name='matmul__generic__f16__a_row__b_col',
@@ -20504,6 +20848,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f16__a_row__b_row': Instance(
         name='matmul__generic__f16__a_row__b_row',
@@ -20604,6 +20950,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f32__a_col__b_col': Instance(
         name='matmul__generic__f32__a_col__b_col',
@@ -20704,6 +21052,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f32__a_col__b_row': Instance(
         name='matmul__generic__f32__a_col__b_row',
@@ -20804,6 +21154,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f32__a_row__b_col': Instance(
         name='matmul__generic__f32__a_row__b_col',
@@ -20904,6 +21256,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f32__a_row__b_row': Instance(
         name='matmul__generic__f32__a_row__b_row',
@@ -21004,6 +21358,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f64__a_col__b_col': Instance(
         name='matmul__generic__f64__a_col__b_col',
@@ -21104,6 +21460,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f64__a_col__b_row': Instance(
         name='matmul__generic__f64__a_col__b_row',
@@ -21204,6 +21562,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f64__a_row__b_col': Instance(
         name='matmul__generic__f64__a_row__b_col',
@@ -21304,6 +21664,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic__f64__a_row__b_row': Instance(
         name='matmul__generic__f64__a_row__b_row',
@@ -21404,6 +21766,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic_half__f16__a_col__b_col': Instance(
         name='matmul__generic_half__f16__a_col__b_col',
@@ -21504,6 +21868,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic_half__f16__a_col__b_row': Instance(
         name='matmul__generic_half__f16__a_col__b_row',
@@ -21604,6 +21970,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic_half__f16__a_row__b_col': Instance(
         name='matmul__generic_half__f16__a_row__b_col',
@@ -21704,6 +22072,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__generic_half__f16__a_row__b_row': Instance(
         name='matmul__generic_half__f16__a_row__b_row',
@@ -21804,6 +22174,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f16__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f16__a_col__b_col',
@@ -21904,6 +22276,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f16__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f16__a_col__b_row',
@@ -22004,6 +22378,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f16__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f16__a_row__b_col',
@@ -22104,6 +22480,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f16__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f16__a_row__b_row',
@@ -22204,6 +22582,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f32__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f32__a_col__b_col',
@@ -22304,6 +22684,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f32__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f32__a_col__b_row',
@@ -22404,6 +22786,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f32__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f32__a_row__b_col',
@@ -22504,6 +22888,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f32__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f32__a_row__b_row',
@@ -22604,6 +22990,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f64__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f64__a_col__b_col',
@@ -22704,6 +23092,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f64__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f64__a_col__b_row',
@@ -22804,6 +23194,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f64__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f64__a_row__b_col',
@@ -22904,6 +23296,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'matmul__gpu_tiled__f64__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f64__a_row__b_row',
@@ -23004,6 +23398,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__cpu__f32': Instance(
         name='max__cpu__f32',
@@ -23072,6 +23468,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__cpu__f64': Instance(
         name='max__cpu__f64',
@@ -23140,6 +23538,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__cpu__i32': Instance(
         name='max__cpu__i32',
@@ -23208,6 +23608,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__generic__f16': Instance(
         name='max__generic__f16',
@@ -23276,6 +23678,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__generic__f32': Instance(
         name='max__generic__f32',
@@ -23344,6 +23748,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__generic__f64': Instance(
         name='max__generic__f64',
@@ -23412,6 +23818,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__generic__i32': Instance(
         name='max__generic__i32',
@@ -23480,6 +23888,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__generic_fp16__f16': Instance(
         name='max__generic_fp16__f16',
@@ -23548,6 +23958,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__gpu_workgroup__f32': Instance(
         name='max__gpu_workgroup__f32',
@@ -23616,6 +24028,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__gpu_workgroup__f64': Instance(
         name='max__gpu_workgroup__f64',
@@ -23684,6 +24098,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'max__gpu_workgroup__i32': Instance(
         name='max__gpu_workgroup__i32',
@@ -23752,6 +24168,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__cpu__f32': Instance(
         name='maximum__cpu__f32',
@@ -23900,6 +24318,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__cpu__f64': Instance(
         name='maximum__cpu__f64',
@@ -24048,6 +24468,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__cpu__i32': Instance(
         name='maximum__cpu__i32',
@@ -24196,6 +24618,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__generic__f16': Instance(
         name='maximum__generic__f16',
@@ -24344,6 +24768,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__generic__f32': Instance(
         name='maximum__generic__f32',
@@ -24492,6 +24918,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__generic__f64': Instance(
         name='maximum__generic__f64',
@@ -24640,6 +25068,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__generic__i32': Instance(
         name='maximum__generic__i32',
@@ -24788,6 +25218,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__gpu__f32': Instance(
         name='maximum__gpu__f32',
@@ -24936,6 +25368,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__gpu__f64': Instance(
         name='maximum__gpu__f64',
@@ -25084,6 +25518,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__gpu__i32': Instance(
         name='maximum__gpu__i32',
@@ -25232,6 +25668,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'maximum__half__f16': Instance(
         name='maximum__half__f16',
@@ -25380,6 +25818,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mean__cpu__f32': Instance(
         name='mean__cpu__f32',
@@ -25448,6 +25888,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mean__cpu__f64': Instance(
         name='mean__cpu__f64',
@@ -25516,6 +25958,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mean__generic__f16': Instance(
         name='mean__generic__f16',
@@ -25584,6 +26028,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mean__generic__f32': Instance(
         name='mean__generic__f32',
@@ -25652,6 +26098,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mean__generic__f64': Instance(
         name='mean__generic__f64',
@@ -25720,6 +26168,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mean__generic_fp16__f16': Instance(
         name='mean__generic_fp16__f16',
@@ -25788,6 +26238,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mean__gpu_workgroup__f32': Instance(
         name='mean__gpu_workgroup__f32',
@@ -25856,6 +26308,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mean__gpu_workgroup__f64': Instance(
         name='mean__gpu_workgroup__f64',
@@ -25924,6 +26378,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mean__subgroup__f32': Instance(
         name='mean__subgroup__f32',
@@ -25992,6 +26448,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'mean__subgroup__f64': Instance(
         name='mean__subgroup__f64',
@@ -26060,6 +26518,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'mean__subgroup_intel__f32': Instance(
         name='mean__subgroup_intel__f32',
@@ -26128,6 +26588,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'mean__subgroup_intel__f64': Instance(
         name='mean__subgroup_intel__f64',
@@ -26196,6 +26658,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'min__cpu__f32': Instance(
         name='min__cpu__f32',
@@ -26264,6 +26728,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'min__cpu__f64': Instance(
         name='min__cpu__f64',
@@ -26332,6 +26798,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'min__cpu__i32': Instance(
         name='min__cpu__i32',
@@ -26400,6 +26868,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'min__generic__f16': Instance(
         name='min__generic__f16',
@@ -26468,6 +26938,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'min__generic__f32': Instance(
         name='min__generic__f32',
@@ -26536,6 +27008,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'min__generic__f64': Instance(
         name='min__generic__f64',
@@ -26604,6 +27078,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'min__generic__i32': Instance(
         name='min__generic__i32',
@@ -26672,6 +27148,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'min__generic_fp16__f16': Instance(
         name='min__generic_fp16__f16',
@@ -26740,6 +27218,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'min__gpu_workgroup__f32': Instance(
         name='min__gpu_workgroup__f32',
@@ -26808,6 +27288,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'min__gpu_workgroup__f64': Instance(
         name='min__gpu_workgroup__f64',
@@ -26876,6 +27358,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'min__gpu_workgroup__i32': Instance(
         name='min__gpu_workgroup__i32',
@@ -26944,6 +27428,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__cpu__f32': Instance(
         name='minimum__cpu__f32',
@@ -27092,6 +27578,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__cpu__f64': Instance(
         name='minimum__cpu__f64',
@@ -27240,6 +27728,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__cpu__i32': Instance(
         name='minimum__cpu__i32',
@@ -27388,6 +27878,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__generic__f16': Instance(
         name='minimum__generic__f16',
@@ -27536,6 +28028,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__generic__f32': Instance(
         name='minimum__generic__f32',
@@ -27684,6 +28178,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__generic__f64': Instance(
         name='minimum__generic__f64',
@@ -27832,6 +28328,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__generic__i32': Instance(
         name='minimum__generic__i32',
@@ -27980,6 +28478,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__gpu__f32': Instance(
         name='minimum__gpu__f32',
@@ -28128,6 +28628,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__gpu__f64': Instance(
         name='minimum__gpu__f64',
@@ -28276,6 +28778,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__gpu__i32': Instance(
         name='minimum__gpu__i32',
@@ -28424,6 +28928,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'minimum__half__f16': Instance(
         name='minimum__half__f16',
@@ -28572,6 +29078,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__cpu__f32': Instance(
         name='mul__cpu__f32',
@@ -28720,6 +29228,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__cpu__f64': Instance(
         name='mul__cpu__f64',
@@ -28868,6 +29378,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__cpu__i32': Instance(
         name='mul__cpu__i32',
@@ -29016,6 +29528,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__generic__f16': Instance(
         name='mul__generic__f16',
@@ -29164,6 +29678,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__generic__f32': Instance(
         name='mul__generic__f32',
@@ -29312,6 +29828,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__generic__f64': Instance(
         name='mul__generic__f64',
@@ -29460,6 +29978,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__generic__i32': Instance(
         name='mul__generic__i32',
@@ -29608,6 +30128,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__gpu__f32': Instance(
         name='mul__gpu__f32',
@@ -29756,6 +30278,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__gpu__f64': Instance(
         name='mul__gpu__f64',
@@ -29904,6 +30428,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__gpu__i32': Instance(
         name='mul__gpu__i32',
@@ -30052,6 +30578,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'mul__half__f16': Instance(
         name='mul__half__f16',
@@ -30200,6 +30728,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__cpu__f32': Instance(
         name='neg__cpu__f32',
@@ -30252,6 +30782,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__cpu__f64': Instance(
         name='neg__cpu__f64',
@@ -30304,6 +30836,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__cpu__i32': Instance(
         name='neg__cpu__i32',
@@ -30356,6 +30890,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__generic__f16': Instance(
         name='neg__generic__f16',
@@ -30408,6 +30944,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__generic__f32': Instance(
         name='neg__generic__f32',
@@ -30460,6 +30998,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__generic__f64': Instance(
         name='neg__generic__f64',
@@ -30512,6 +31052,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__generic__i32': Instance(
         name='neg__generic__i32',
@@ -30564,6 +31106,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__gpu__f32': Instance(
         name='neg__gpu__f32',
@@ -30616,6 +31160,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__gpu__f64': Instance(
         name='neg__gpu__f64',
@@ -30668,6 +31214,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__gpu__i32': Instance(
         name='neg__gpu__i32',
@@ -30720,6 +31268,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'neg__half__f16': Instance(
         name='neg__half__f16',
@@ -30772,6 +31322,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__cpu__f16': Instance(
         name='permute__cpu__f16',
@@ -30912,6 +31464,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TB', (8, 16, 32)), ('TC', (256, 1024, 4096))),
         constraints=('TC % TB == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__cpu__f32': Instance(
         name='permute__cpu__f32',
@@ -31052,6 +31606,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TB', (8, 16, 32)), ('TC', (256, 1024, 4096))),
         constraints=('TC % TB == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__cpu__f64': Instance(
         name='permute__cpu__f64',
@@ -31192,6 +31748,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TB', (8, 16, 32)), ('TC', (256, 1024, 4096))),
         constraints=('TC % TB == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__cpu__i32': Instance(
         name='permute__cpu__i32',
@@ -31332,6 +31890,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TB', (8, 16, 32)), ('TC', (256, 1024, 4096))),
         constraints=('TC % TB == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__generic__f16': Instance(
         name='permute__generic__f16',
@@ -31472,6 +32032,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__generic__f32': Instance(
         name='permute__generic__f32',
@@ -31612,6 +32174,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__generic__f64': Instance(
         name='permute__generic__f64',
@@ -31752,6 +32316,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__generic__i32': Instance(
         name='permute__generic__i32',
@@ -31892,6 +32458,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__gpu_tiled__f16': Instance(
         name='permute__gpu_tiled__f16',
@@ -32032,6 +32600,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__gpu_tiled__f32': Instance(
         name='permute__gpu_tiled__f32',
@@ -32172,6 +32742,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__gpu_tiled__f64': Instance(
         name='permute__gpu_tiled__f64',
@@ -32312,6 +32884,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'permute__gpu_tiled__i32': Instance(
         name='permute__gpu_tiled__i32',
@@ -32452,6 +33026,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('TS', (8, 16, 32)),),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'pow__cpu__f32': Instance(
         name='pow__cpu__f32',
@@ -32600,6 +33176,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'pow__cpu__f64': Instance(
         name='pow__cpu__f64',
@@ -32748,6 +33326,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'pow__generic__f16': Instance(
         name='pow__generic__f16',
@@ -32896,6 +33476,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'pow__generic__f32': Instance(
         name='pow__generic__f32',
@@ -33044,6 +33626,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'pow__generic__f64': Instance(
         name='pow__generic__f64',
@@ -33192,6 +33776,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'pow__gpu__f32': Instance(
         name='pow__gpu__f32',
@@ -33340,6 +33926,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'pow__gpu__f64': Instance(
         name='pow__gpu__f64',
@@ -33488,6 +34076,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'pow__half__f16': Instance(
         name='pow__half__f16',
@@ -33636,6 +34226,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__cpu__f32': Instance(
         name='relu__cpu__f32',
@@ -33688,6 +34280,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__cpu__f64': Instance(
         name='relu__cpu__f64',
@@ -33740,6 +34334,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__cpu__i32': Instance(
         name='relu__cpu__i32',
@@ -33792,6 +34388,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__generic__f16': Instance(
         name='relu__generic__f16',
@@ -33844,6 +34442,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__generic__f32': Instance(
         name='relu__generic__f32',
@@ -33896,6 +34496,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__generic__f64': Instance(
         name='relu__generic__f64',
@@ -33948,6 +34550,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__generic__i32': Instance(
         name='relu__generic__i32',
@@ -34000,6 +34604,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__gpu__f32': Instance(
         name='relu__gpu__f32',
@@ -34052,6 +34658,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__gpu__f64': Instance(
         name='relu__gpu__f64',
@@ -34104,6 +34712,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__gpu__i32': Instance(
         name='relu__gpu__i32',
@@ -34156,6 +34766,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'relu__half__f16': Instance(
         name='relu__half__f16',
@@ -34208,6 +34820,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rms_norm__cpu__f32': Instance(
         name='rms_norm__cpu__f32',
@@ -34284,6 +34898,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rms_norm__cpu__f64': Instance(
         name='rms_norm__cpu__f64',
@@ -34360,6 +34976,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rms_norm__generic__f16': Instance(
         name='rms_norm__generic__f16',
@@ -34436,6 +35054,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rms_norm__generic__f32': Instance(
         name='rms_norm__generic__f32',
@@ -34512,6 +35132,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rms_norm__generic__f64': Instance(
         name='rms_norm__generic__f64',
@@ -34588,6 +35210,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rms_norm__generic_fp16__f16': Instance(
         name='rms_norm__generic_fp16__f16',
@@ -34664,6 +35288,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rms_norm__gpu_workgroup__f32': Instance(
         name='rms_norm__gpu_workgroup__f32',
@@ -34740,6 +35366,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rms_norm__gpu_workgroup__f64': Instance(
         name='rms_norm__gpu_workgroup__f64',
@@ -34816,6 +35444,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rsqrt__cpu__f32': Instance(
         name='rsqrt__cpu__f32',
@@ -34868,6 +35498,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rsqrt__cpu__f64': Instance(
         name='rsqrt__cpu__f64',
@@ -34920,6 +35552,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rsqrt__generic__f16': Instance(
         name='rsqrt__generic__f16',
@@ -34972,6 +35606,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rsqrt__generic__f32': Instance(
         name='rsqrt__generic__f32',
@@ -35024,6 +35660,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rsqrt__generic__f64': Instance(
         name='rsqrt__generic__f64',
@@ -35076,6 +35714,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rsqrt__gpu__f32': Instance(
         name='rsqrt__gpu__f32',
@@ -35128,6 +35768,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rsqrt__gpu__f64': Instance(
         name='rsqrt__gpu__f64',
@@ -35180,6 +35822,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'rsqrt__half__f16': Instance(
         name='rsqrt__half__f16',
@@ -35232,6 +35876,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sigmoid__cpu__f32': Instance(
         name='sigmoid__cpu__f32',
@@ -35284,6 +35930,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sigmoid__cpu__f64': Instance(
         name='sigmoid__cpu__f64',
@@ -35336,6 +35984,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sigmoid__generic__f16': Instance(
         name='sigmoid__generic__f16',
@@ -35388,6 +36038,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sigmoid__generic__f32': Instance(
         name='sigmoid__generic__f32',
@@ -35440,6 +36092,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sigmoid__generic__f64': Instance(
         name='sigmoid__generic__f64',
@@ -35492,6 +36146,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sigmoid__gpu__f32': Instance(
         name='sigmoid__gpu__f32',
@@ -35544,6 +36200,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sigmoid__gpu__f64': Instance(
         name='sigmoid__gpu__f64',
@@ -35596,6 +36254,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sigmoid__half__f16': Instance(
         name='sigmoid__half__f16',
@@ -35648,6 +36308,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'silu__cpu__f32': Instance(
         name='silu__cpu__f32',
@@ -35700,6 +36362,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'silu__cpu__f64': Instance(
         name='silu__cpu__f64',
@@ -35752,6 +36416,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'silu__generic__f16': Instance(
         name='silu__generic__f16',
@@ -35804,6 +36470,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'silu__generic__f32': Instance(
         name='silu__generic__f32',
@@ -35856,6 +36524,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'silu__generic__f64': Instance(
         name='silu__generic__f64',
@@ -35908,6 +36578,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'silu__gpu__f32': Instance(
         name='silu__gpu__f32',
@@ -35960,6 +36632,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'silu__gpu__f64': Instance(
         name='silu__gpu__f64',
@@ -36012,6 +36686,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'silu__half__f16': Instance(
         name='silu__half__f16',
@@ -36064,6 +36740,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__cpu__f32': Instance(
         name='softmax__cpu__f32',
@@ -36132,6 +36810,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__cpu__f64': Instance(
         name='softmax__cpu__f64',
@@ -36200,6 +36880,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__cpu_vec8__f32': Instance(
         name='softmax__cpu_vec8__f32',
@@ -36268,6 +36950,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__cpu_vec8__f64': Instance(
         name='softmax__cpu_vec8__f64',
@@ -36336,6 +37020,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__generic__f16': Instance(
         name='softmax__generic__f16',
@@ -36404,6 +37090,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__generic__f32': Instance(
         name='softmax__generic__f32',
@@ -36472,6 +37160,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__generic__f64': Instance(
         name='softmax__generic__f64',
@@ -36540,6 +37230,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__generic_fp16__f16': Instance(
         name='softmax__generic_fp16__f16',
@@ -36608,6 +37300,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__gpu_workgroup__f32': Instance(
         name='softmax__gpu_workgroup__f32',
@@ -36676,6 +37370,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__gpu_workgroup__f64': Instance(
         name='softmax__gpu_workgroup__f64',
@@ -36744,6 +37440,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'softmax__subgroup__f32': Instance(
         name='softmax__subgroup__f32',
@@ -36812,6 +37510,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'softmax__subgroup__f64': Instance(
         name='softmax__subgroup__f64',
@@ -36880,6 +37580,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'softmax__subgroup_intel__f32': Instance(
         name='softmax__subgroup_intel__f32',
@@ -36948,6 +37650,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'softmax__subgroup_intel__f64': Instance(
         name='softmax__subgroup_intel__f64',
@@ -37016,6 +37720,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'sqrt__cpu__f32': Instance(
         name='sqrt__cpu__f32',
@@ -37068,6 +37774,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sqrt__cpu__f64': Instance(
         name='sqrt__cpu__f64',
@@ -37120,6 +37828,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sqrt__generic__f16': Instance(
         name='sqrt__generic__f16',
@@ -37172,6 +37882,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sqrt__generic__f32': Instance(
         name='sqrt__generic__f32',
@@ -37224,6 +37936,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sqrt__generic__f64': Instance(
         name='sqrt__generic__f64',
@@ -37276,6 +37990,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sqrt__gpu__f32': Instance(
         name='sqrt__gpu__f32',
@@ -37328,6 +38044,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sqrt__gpu__f64': Instance(
         name='sqrt__gpu__f64',
@@ -37380,6 +38098,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sqrt__half__f16': Instance(
         name='sqrt__half__f16',
@@ -37432,6 +38152,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__cpu__f32': Instance(
         name='sub__cpu__f32',
@@ -37580,6 +38302,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__cpu__f64': Instance(
         name='sub__cpu__f64',
@@ -37728,6 +38452,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__cpu__i32': Instance(
         name='sub__cpu__i32',
@@ -37876,6 +38602,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__generic__f16': Instance(
         name='sub__generic__f16',
@@ -38024,6 +38752,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__generic__f32': Instance(
         name='sub__generic__f32',
@@ -38172,6 +38902,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__generic__f64': Instance(
         name='sub__generic__f64',
@@ -38320,6 +39052,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__generic__i32': Instance(
         name='sub__generic__i32',
@@ -38468,6 +39202,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__gpu__f32': Instance(
         name='sub__gpu__f32',
@@ -38616,6 +39352,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__gpu__f64': Instance(
         name='sub__gpu__f64',
@@ -38764,6 +39502,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__gpu__i32': Instance(
         name='sub__gpu__i32',
@@ -38912,6 +39652,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sub__half__f16': Instance(
         name='sub__half__f16',
@@ -39060,6 +39802,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__cpu__f32': Instance(
         name='sum__cpu__f32',
@@ -39128,6 +39872,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__cpu__f64': Instance(
         name='sum__cpu__f64',
@@ -39196,6 +39942,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__cpu__i32': Instance(
         name='sum__cpu__i32',
@@ -39264,6 +40012,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__generic__f16': Instance(
         name='sum__generic__f16',
@@ -39332,6 +40082,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__generic__f32': Instance(
         name='sum__generic__f32',
@@ -39400,6 +40152,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__generic__f64': Instance(
         name='sum__generic__f64',
@@ -39468,6 +40222,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__generic__i32': Instance(
         name='sum__generic__i32',
@@ -39536,6 +40292,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__generic_fp16__f16': Instance(
         name='sum__generic_fp16__f16',
@@ -39604,6 +40362,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__gpu_workgroup__f32': Instance(
         name='sum__gpu_workgroup__f32',
@@ -39672,6 +40432,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__gpu_workgroup__f64': Instance(
         name='sum__gpu_workgroup__f64',
@@ -39740,6 +40502,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__gpu_workgroup__i32': Instance(
         name='sum__gpu_workgroup__i32',
@@ -39808,6 +40572,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'sum__subgroup__f32': Instance(
         name='sum__subgroup__f32',
@@ -39876,6 +40642,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'sum__subgroup__f64': Instance(
         name='sum__subgroup__f64',
@@ -39944,6 +40712,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'sum__subgroup__i32': Instance(
         name='sum__subgroup__i32',
@@ -40012,6 +40782,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'sum__subgroup_intel__f32': Instance(
         name='sum__subgroup_intel__f32',
@@ -40080,6 +40852,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'sum__subgroup_intel__f64': Instance(
         name='sum__subgroup_intel__f64',
@@ -40148,6 +40922,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'sum__subgroup_intel__i32': Instance(
         name='sum__subgroup_intel__i32',
@@ -40216,6 +40992,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('WG', (64, 128, 256)),),
         constraints=('is_pow2(WG)',),
         build_options='-cl-std=CL2.0',
+        steps=(),
+        scratch=(),
     ),
     'tanh__cpu__f32': Instance(
         name='tanh__cpu__f32',
@@ -40268,6 +41046,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'tanh__cpu__f64': Instance(
         name='tanh__cpu__f64',
@@ -40320,6 +41100,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('CHUNK', (1024, 4096, 16384, 65536)),),
         constraints=('CHUNK % 8 == 0',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'tanh__generic__f16': Instance(
         name='tanh__generic__f16',
@@ -40372,6 +41154,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'tanh__generic__f32': Instance(
         name='tanh__generic__f32',
@@ -40424,6 +41208,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'tanh__generic__f64': Instance(
         name='tanh__generic__f64',
@@ -40476,6 +41262,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'tanh__gpu__f32': Instance(
         name='tanh__gpu__f32',
@@ -40528,6 +41316,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'tanh__gpu__f64': Instance(
         name='tanh__gpu__f64',
@@ -40580,6 +41370,8 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('VPT', (1, 2, 4, 8)), ('WG', (64, 128, 256))),
         constraints=('is_pow2(WG)',),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
     'tanh__half__f16': Instance(
         name='tanh__half__f16',
@@ -40632,5 +41424,7 @@ INSTANCES: dict[str, Instance] = {
         tunables=(),
         constraints=(),
         build_options='',
+        steps=(),
+        scratch=(),
     ),
 }

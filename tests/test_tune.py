@@ -165,16 +165,15 @@ def test_an_override_reaches_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None
     from generator.call.dispatcher import dispatcher
 
     d = dispatcher()
-    d.lookup.override("relu__cpu__f32", {"CHUNK": 1024})
+    d.override_params("relu__cpu__f32", {"CHUNK": 1024})
     try:
         x = np.random.default_rng(1).standard_normal(10_000).astype(np.float32)
         np.testing.assert_array_equal(ops.relu(x), np.maximum(x, 0))
         plan = next(p for p in d._plans.values() if p.inst.name == "relu__cpu__f32")
         assert plan.params == (("CHUNK", 1024),)
-        assert plan.geometry.global_size == (10,)  # cdiv(10000, 1024)
+        assert plan.launches[0].geometry.global_size == (10,)  # cdiv(10000, 1024)
     finally:
-        d.lookup.overrides.pop("relu__cpu__f32")
-        d._plans.clear()
+        d.override_params("relu__cpu__f32", None)
 
 
 # --- the tuner, end to end --------------------------------------------------------------------

@@ -83,6 +83,17 @@ class Dispatcher:
             return Choice(as_params(inst.param_map), "spec default (the tuned set's guard fails)")
         return choice
 
+    def override_params(self, instance: str, values: Mapping[str, int] | None) -> None:
+        """Run `instance` with these compile-time parameters from now on (None: back to the
+        tuned ones); memoized plans are dropped so that every later call sees it."""
+        self.registry.instance(instance)  # an unknown name is an error now, not later
+        if values is None:
+            self.lookup.overrides.pop(instance, None)
+        else:
+            self.lookup.override(instance, values)
+        self._plans.clear()
+        self._recipes.clear()
+
     def plan_instance(self, inst: Instance, b: Bound) -> LaunchPlan:
         params = self.params_for(inst, b.env).params
         return self.runtime.plan(inst, b.dims, b.attrs, b.shapes, params)

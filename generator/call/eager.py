@@ -170,12 +170,11 @@ class Recipe:
         outs: Mapping[str, Any],
         result: Mapping[str, Any],
     ) -> Recipe | None:
-        if plan.kernel is None:
+        if not plan.launches:
             return None
         sources = []
-        for _, name in plan.buffers:
-            if name not in c.inputs:
-                continue  # an output
+        for t in c.op.inputs:
+            name = t.name
             arr = c.inputs[name]
             index = next(
                 (

@@ -47,6 +47,8 @@ def registry_source(ops: list[OpSig], instances: list[Instance]) -> str:
         "    Launch,",
         "    OpSig,",
         "    Requirements,",
+        "    Scratch,",
+        "    Step,",
         "    TensorSig,",
         ")",
         "",

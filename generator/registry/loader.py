@@ -13,7 +13,7 @@ from pathlib import Path
 from generator.core import expressions
 from generator.core.tree import DEFAULT, Tree
 from generator.errors import ClforgeError, GenerationError
-from generator.registry.records import Instance, OpSig
+from generator.registry.records import Instance, OpSig, Step
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,10 @@ class Registry:
     def of_op(self, op: str) -> list[Instance]:
         return [i for i in self.instances.values() if i.op == op]
 
-    def exprs(self, inst: Instance) -> Exprs:
-        return _parse_exprs(inst.guard, inst.launch.global_size, inst.launch.local_size)
+    def exprs(self, inst: Instance, step: Step | None = None) -> Exprs:
+        """The guard and the NDRange (of `step`, default the instance's), parsed once."""
+        launch = step.launch if step is not None else inst.launch
+        return _parse_exprs(inst.guard, launch.global_size, launch.local_size)
 
     def source(self, inst: Instance) -> str:
         """The kernel source of `inst`, which must be the text the registry was generated with
@@ -100,6 +102,10 @@ def load(tree: Tree = DEFAULT) -> Registry:
     reg = Registry(dict(module.OPS), dict(module.INSTANCES), tree.generated)
     for inst in reg.instances.values():  # every guard and launch size parsed once, up front
         try:
+            for step in inst.steps:
+                reg.exprs(inst, step)
+                for s in inst.scratch:
+                    expressions.parse(s.size, "int")
             reg.exprs(inst)
         except expressions.GuardError as exc:
             raise GenerationError(

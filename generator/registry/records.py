@@ -77,6 +77,28 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class Scratch:
+    """An intermediate buffer of a routine, taken from the pool for each call."""
+
+    name: str
+    size: str  # element count: an integer expression over dims and params
+    dtype: str | None = None  # None: the instance's dtype
+
+
+@dataclass(frozen=True)
+class Step:
+    """One kernel of an instance, in launch order: its entry point, its arguments (buffers are
+    the op's tensors or the routine's scratch, by name) and its NDRange."""
+
+    name: str
+    kernel: str  # the OpenCL entry point
+    args: tuple[Arg, ...]
+    launch: Launch
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Requirements:
     extensions: tuple[str, ...] = ()
     device_type: str | None = None
@@ -105,6 +127,18 @@ class Instance:
     tunables: tuple[tuple[str, tuple[int, ...]], ...] = field(default=())
     constraints: tuple[str, ...] = ()  # param-only conditions every tuned choice must meet
     build_options: str = ""  # passed to clBuildProgram
+    # a routine: its kernels in order (all in `source`) and the scratch buffers between them
+    steps: tuple[Step, ...] = ()
+    scratch: tuple[Scratch, ...] = ()
+
+    @property
+    def kernels(self) -> tuple[Step, ...]:
+        """The kernels one call runs, in order: a routine's steps, else the instance itself."""
+        if self.steps:
+            return self.steps
+        reads = tuple(a.name for a in self.args if a.kind == "input")
+        writes = tuple(a.name for a in self.args if a.kind == "output")
+        return (Step("main", self.name, self.args, self.launch, reads, writes),)
 
     def layout_of(self, tensor: str) -> str:
         return dict(self.layouts)[tensor]

@@ -14,6 +14,7 @@ import dataclasses
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 from pyopencl.tools import ImmediateAllocator, MemoryPool
 
+from generator.core import expressions
 from generator.core.dtypes import DTYPES
 from generator.core.layouts import element_strides, layout_strides
 from generator.device.discovery import default_device
@@ -28,7 +30,7 @@ from generator.errors import CallError
 from generator.params.space import Params, as_params
 from generator.registry import loader as registry_mod
 from generator.registry.loader import Registry
-from generator.registry.records import Instance
+from generator.registry.records import Instance, Step
 from generator.runtime.program_cache import ProgramCache
 
 SCALAR_TYPES = {"int": np.int32, "float": np.float32, "double": np.float64}
@@ -53,33 +55,46 @@ def geometry(
     inst: Instance,
     dims: Mapping[str, int],
     params: Mapping[str, int] | None = None,
+    step: Step | None = None,
 ) -> Geometry:
-    """The NDRange of `inst` for these dims (and parameters, default the spec's), from the
-    registry's expressions."""
+    """The NDRange of `inst` (or of its `step`) for these dims and parameters (default the
+    spec's), from the registry's expressions."""
     env = {**dims, **(inst.param_map if params is None else params)}
-    ex = reg.exprs(inst)
+    ex = reg.exprs(inst, step)
     gs = tuple(e.evaluate(env) for e in ex.global_size)
     ls = tuple(e.evaluate(env) for e in ex.local_size) if ex.local_size is not None else None
     if ls is not None and (
         len(ls) != len(gs) or any(g % l_ for g, l_ in zip(gs, ls, strict=False) if l_)
     ):
+        where = f"{inst.name} step {step.name}" if step is not None else inst.name
         raise CallError(
-            f"{inst.name}: global size {gs} is not a multiple of local size {ls} "
+            f"{where}: global size {gs} is not a multiple of local size {ls} "
             "(a spec error in launch:)"
         )
     return Geometry(gs, ls)
 
 
 @dataclass(frozen=True, eq=False)
+class KernelLaunch:
+    """One kernel of a plan: the kernel, its NDRange, its arguments with the scalars in place
+    and None where a buffer goes, and which buffer goes where."""
+
+    kernel: cl.Kernel
+    geometry: Geometry
+    args: tuple[Any, ...]
+    buffers: tuple[tuple[int, str], ...]  # (argument index, tensor or scratch name)
+
+
+@dataclass(frozen=True, eq=False)
 class LaunchPlan:
-    """A launch with everything but the arrays decided."""
+    """A launch with everything but the arrays decided: the kernels in order (one, or a
+    routine's steps; those with an empty NDRange left out), the scratch buffers between them,
+    and the outputs."""
 
     inst: Instance
-    params: Params  # the compile-time parameters the kernel was built with
-    kernel: cl.Kernel | None  # None when the NDRange is empty: nothing to run
-    geometry: Geometry
-    args: tuple[Any, ...]  # scalars in place; None where a buffer goes
-    buffers: tuple[tuple[int, str], ...]  # (argument index, tensor name)
+    params: Params  # the compile-time parameters the kernels were built with
+    launches: tuple[KernelLaunch, ...]
+    scratch: tuple[tuple[str, int, np.dtype], ...]  # (name, elements, dtype)
     outputs: tuple[OutputSpec, ...]
 
 
@@ -145,21 +160,25 @@ class Runtime:
                 self.context, self.device, inst.name, self.source(inst, params), inst.build_options
             )
 
-    def kernel(self, inst: Instance, params: Params | None = None) -> cl.Kernel:
-        key = (inst.name, params if params is not None else as_params(inst.param_map))
+    def kernel(
+        self, inst: Instance, params: Params | None = None, step: Step | None = None
+    ) -> cl.Kernel:
+        """A kernel of `inst` (its own, or the entry point of one of its routine's steps)."""
+        step = step or inst.kernels[0]
+        key = (step.kernel, params if params is not None else as_params(inst.param_map))
         k = self._kernels.get(key)
         if k is not None:
             return k
         with self.lock:
             k = self._kernels.get(key)
             if k is None:
-                k = getattr(self.build(inst, params), inst.name)
+                k = getattr(self.build(inst, params), step.kernel)
                 # declared scalar types let pyopencl bind arguments without probing each one
                 # (15 arguments: 63 us -> 1.2 us per set_args)
                 k.set_scalar_arg_dtypes(
                     [
                         None if a.kind in ("input", "output") else SCALAR_TYPES[a.ctype]
-                        for a in inst.args
+                        for a in step.args
                     ]
                 )
                 self._kernels[key] = k
@@ -181,29 +200,39 @@ class Runtime:
         shape. `params` are the compile-time parameters (default: the spec's)."""
         op = self.registry.op(inst.op)
         params = params if params is not None else as_params(inst.param_map)
-        geo = geometry(self.registry, inst, dims, dict(params))
+        env = {**dims, **dict(params)}
         scalars: dict[str, float | int] = {**dims, **attrs}
         for t in op.inputs:
             if t.broadcast:
                 shape = tuple(shapes[t.name]) if shapes else tuple(dims[d] for d in t.shape)
                 for k, st in enumerate(element_strides(shape, inst.layout_of(t.name))):
                     scalars[f"{t.name}_s{k}"] = st
-        args: list[Any] = []
-        buffers: list[tuple[int, str]] = []
-        for i, a in enumerate(inst.args):
-            if a.kind in ("input", "output"):
-                buffers.append((i, a.name))
-                args.append(None)
-            else:
-                args.append(_scalar(inst, a.name, a.ctype, scalars[a.name]))
+        launches = []
+        for step in inst.kernels:
+            geo = geometry(self.registry, inst, dims, dict(params), step)
+            if geo.empty:
+                continue
+            args: list[Any] = []
+            buffers: list[tuple[int, str]] = []
+            for i, a in enumerate(step.args):
+                if a.kind in ("input", "output"):
+                    buffers.append((i, a.name))
+                    args.append(None)
+                else:
+                    args.append(_scalar(inst, a.name, a.ctype, scalars[a.name]))
+            kernel = self.kernel(inst, params, step)
+            launches.append(KernelLaunch(kernel, geo, tuple(args), tuple(buffers)))
+        scratch = tuple(
+            (s.name, _sized(s.size).evaluate(env), DTYPES[s.dtype or inst.dtype].np_dtype)
+            for s in inst.scratch
+        )
         outputs = []
         for t in op.outputs:
             shape = tuple(dims[d] for d in t.shape)
             dt = DTYPES[t.dtype or inst.dtype].np_dtype
             strides = layout_strides(shape, dt.itemsize, inst.layout_of(t.name))
             outputs.append((t.name, shape, dt, strides))
-        kernel = None if geo.empty else self.kernel(inst, params)
-        return LaunchPlan(inst, params, kernel, geo, tuple(args), tuple(buffers), tuple(outputs))
+        return LaunchPlan(inst, params, tuple(launches), scratch, tuple(outputs))
 
     def empty(self, spec: OutputSpec) -> cla.Array:
         """A device array from the pool: `spec` is (name, shape, dtype, byte strides)."""
@@ -219,15 +248,40 @@ class Runtime:
         """Allocate the outputs (`outputs`, default the plan's), bind `buffers` (the inputs, by
         tensor name) and the outputs, enqueue; return the outputs (not waited for)."""
         outs = {spec[0]: self.empty(spec) for spec in outputs or plan.outputs}
-        if plan.kernel is None:
-            return outs
-        args = list(plan.args)
-        for i, name in plan.buffers:
-            arr = outs[name] if name in outs else buffers[name]
-            args[i] = arr.base_data if arr.size else self.dummy
-        with self.lock:
-            plan.kernel.set_args(*args)
-            cl.enqueue_nd_range_kernel(
-                self.queue, plan.kernel, plan.geometry.global_size, plan.geometry.local_size
-            )
+        if plan.launches:
+            bound = {
+                name: arr.base_data if arr.size else self.dummy
+                for name, arr in (*buffers.items(), *outs.items())
+            }
+            self.run(plan, bound)
         return outs
+
+    def run(self, plan: LaunchPlan, buffers: Mapping[str, Any]) -> None:
+        """Enqueue every kernel of `plan` in order, binding `buffers` (by tensor name) and
+        scratch buffers from the pool (held until the last kernel is enqueued: the queue is
+        in order, so a buffer the pool hands out again is written only after they ran)."""
+        bound: dict[str, Any] = dict(buffers)
+        held = []
+        for name, elements, dt in plan.scratch:
+            if elements > 0:
+                held.append(self.allocator(elements * dt.itemsize))
+                bound[name] = held[-1]
+            else:
+                bound[name] = self.dummy
+        with self.lock:
+            for launch in plan.launches:
+                args = list(launch.args)
+                for i, name in launch.buffers:
+                    args[i] = bound[name]
+                launch.kernel.set_args(*args)
+                cl.enqueue_nd_range_kernel(
+                    self.queue,
+                    launch.kernel,
+                    launch.geometry.global_size,
+                    launch.geometry.local_size,
+                )
+
+
+@cache
+def _sized(text: str) -> expressions.Expr:
+    return expressions.parse(text, "int")

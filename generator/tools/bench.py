@@ -48,9 +48,10 @@ def bench_overhead(repeats: int = 9, inner: int = 2000) -> dict[str, Any]:
     plan = d.plan_for(
         d.registry.op("add"), {"a": a.reshape(1, 1, 1, n), "b": b.reshape(1, 1, 1, n)}, {}
     )
-    kernel = d.runtime.kernel(plan.inst)
-    gs, ls = plan.geometry.global_size, plan.geometry.local_size
-    scalars = plan.args[3:]  # the dims and strides, after the buffers a, b, c
+    (launch,) = plan.launches
+    kernel = launch.kernel
+    gs, ls = launch.geometry.global_size, launch.geometry.local_size
+    scalars = launch.args[3:]  # the dims and strides, after the buffers a, b, c
 
     pool = d.runtime.allocator
 

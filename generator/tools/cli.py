@@ -191,9 +191,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
             doc["params_origin"] = choice.describe()
         print(json.dumps(doc, indent=2))
     else:
-        print(sel.table())
-        if choice is not None:
-            print(f"   params {choice.describe()}")
+        lines = sel.table().splitlines()
+        if choice is not None:  # above the verdict, which stays the last line
+            lines.insert(-1, f"  params of the chosen instance: {choice.describe()}")
+        print("\n".join(lines))
     return 0 if sel.chosen else 1
 
 

@@ -78,15 +78,7 @@ def canary_launch(
         parent = cl.Buffer(ctx, flags, hostbuf=host)
         parents[t.name] = (parent, host.copy())
         subs[t.name] = parent.get_sub_region(PAD, max(nbytes, 1))
-    if plan.kernel is not None:
-        args = list(plan.args)
-        for i, name in plan.buffers:
-            args[i] = subs[name]
-        with rt.lock:
-            plan.kernel.set_args(*args)
-            cl.enqueue_nd_range_kernel(
-                queue, plan.kernel, plan.geometry.global_size, plan.geometry.local_size
-            )
+    rt.run(plan, subs)
     outs: dict[str, np.ndarray] = {}
     for t in op.inputs + op.outputs:
         parent, before = parents[t.name]
