@@ -2,10 +2,11 @@
 tests/lint_cases with their exact findings, output formats, exit codes, the JSON Schema, the
 pre-commit hook and the --compile path.
 
-Each folder of tests/lint_cases is one case: its spec files go into specs/ of a fresh tree (with
-a copy of templates/, plus the case's own templates/), `args.txt` holds the lint arguments
-(default `--no-freshness`; without that flag the tree is generated first and the case's
-generated/ files are laid over it), and `expected.txt` is the exact standard output.
+Each folder of tests/lint_cases is one case: its spec files go into specs/ of a fresh tree (its
+families/ folder into specs/families/; with a copy of templates/, plus the case's own
+templates/), `args.txt` holds the lint arguments (default `--no-freshness`; without that flag the
+tree is generated first and the case's generated/ files are laid over it), and `expected.txt` is
+the exact standard output.
 `CLFORGE_UPDATE_EXPECTED=1 pytest tests/test_lint.py` rewrites the expected files; review the diff.
 """
 
@@ -25,11 +26,13 @@ import yaml
 
 from generator.core.tree import DEFAULT, Tree
 from generator.emit.generate import generate
-from generator.errors import SpecError
+from generator.errors import Location, SpecError
 from generator.lint import checks as lint_mod
 from generator.lint import rules
-from generator.lint.checks import compiler_errors, lint
-from generator.spec.model import json_schema, schema_text
+from generator.lint.checks import lint
+from generator.lint.device_build import compiler_errors
+from generator.spec.load import check_text
+from generator.spec.schema import json_schema, schema_text
 from generator.tools.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +67,8 @@ def make_tree(root: Path, case: Path | None = None) -> Tree:
                 shutil.copyfile(f, root / "specs" / f.name)
         if (case / "templates").is_dir():
             shutil.copytree(case / "templates", root / "templates", dirs_exist_ok=True)
+        if (case / "families").is_dir():
+            shutil.copytree(case / "families", root / "specs" / "families")
     return Tree(root)
 
 
@@ -187,7 +192,9 @@ def test_cases_cover_every_rule() -> None:
 def test_project_specs_lint_clean() -> None:
     report = lint()
     assert [str(d) for d in report.findings] == []
-    assert len(report.files) == len(list(DEFAULT.specs.glob("*.yaml")))
+    ops = list(DEFAULT.specs.glob("*.yaml"))
+    families = list(DEFAULT.specs.glob("families/*.yaml"))
+    assert families and len(report.files) == len(ops) + len(families)
 
 
 def test_plain_lint_needs_no_opencl() -> None:
@@ -212,6 +219,9 @@ def test_plain_lint_needs_no_opencl() -> None:
 def test_project_specs_have_the_modeline() -> None:
     for f in sorted(DEFAULT.specs.glob("*.yaml")):
         assert f.read_text(encoding="utf-8").startswith(MODELINE), f.name
+    for f in sorted(DEFAULT.specs.glob("families/*.yaml")):
+        text = f.read_text(encoding="utf-8")
+        assert text.startswith(MODELINE.replace("schema.json", "../schema.json")), f.name
 
 
 # --- output formats and exit codes ------------------------------------------------------------
@@ -370,6 +380,60 @@ def test_generation_refuses_broken_constraints(tmp_path: Path) -> None:
     assert [d.rule for d in exc.value.diagnostics] == ["constraint"]
 
 
+# --- families -----------------------------------------------------------------------------------
+
+
+def test_linting_one_op_of_a_broken_family_reports_the_family_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_tree(tmp_path, CASES / "family_broken")
+    rc, out, _ = cli(
+        capsys,
+        "--root",
+        str(tmp_path),
+        "lint",
+        "--no-freshness",
+        str(tmp_path / "specs" / "exp.yaml"),
+        str(tmp_path / "specs" / "tanh.yaml"),
+    )
+    assert rc == 1
+    assert [ln.split(" error ")[0] for ln in out.splitlines()] == [
+        "specs/families/unary.yaml:4:7:",
+        "specs/families/unary.yaml:9:7:",
+        "specs/families/unary.yaml:18:19:",
+    ]
+
+
+def test_generation_refuses_a_broken_family_even_without_ops(tmp_path: Path) -> None:
+    layout = make_tree(tmp_path, CASES / "family_broken")
+    for f in (tmp_path / "specs").glob("*.yaml"):
+        f.unlink()
+    (tmp_path / "specs" / "relu.yaml").write_text(MODELINE + RELU)
+    with pytest.raises(SpecError) as exc:
+        generate(layout, check=True)
+    assert {d.loc.path for d in exc.value.diagnostics} == {
+        "specs/families/binary.yaml",
+        "specs/families/reduce.yaml",
+        "specs/families/unary.yaml",
+    }
+
+
+def test_a_member_and_its_full_spec_load_alike(tmp_path: Path) -> None:
+    """The shipped relu, as an op of the unary family and written out in full."""
+    layout = make_tree(tmp_path)
+    shutil.copytree(DEFAULT.specs / "families", tmp_path / "specs" / "families")
+    member = (DEFAULT.specs / "relu.yaml").read_text(encoding="utf-8")
+    spec, found = check_text(member, "specs/relu.yaml", layout)
+    assert found == [] and spec is not None and spec.membership is not None
+    full = spec.spec.model_dump(exclude_defaults=True)
+    again, found = check_text(yaml.safe_dump(full), "specs/relu.yaml", layout)
+    assert found == [] and again is not None and again.spec == spec.spec
+    # an inherited value is located in the family file, an override in the member's
+    assert spec.where("variants", 0, "template").path == "specs/families/unary.yaml"
+    assert spec.where("variants", 2, "dtypes") == Location("specs/relu.yaml", 7, 17)
+    assert spec.where("dtypes") == Location("specs/relu.yaml", 5, 9)
+
+
 # --- the JSON Schema ----------------------------------------------------------------------------
 
 
@@ -403,7 +467,7 @@ def test_schema_accepts_the_shorthands() -> None:
 
 def _schema_keys() -> set[str]:
     schema = json_schema()
-    keys = set(schema["properties"])
+    keys: set[str] = set()
     for d in schema["$defs"].values():
         for part in [d, *d.get("anyOf", [])]:
             keys |= set(part.get("properties", {}))

@@ -1,6 +1,8 @@
 """Robustness of `clforge lint`, property-based: whatever is done to a valid spec, the linter
 finishes with located findings from its catalogue, never a traceback, never an internal-error.
 
+The specs mutated are a full op spec (matmul), ops of a family (add, max) and family files
+(binary, reduce; each with one of its ops beside it, whose findings then count as the family's).
 Mutations, one to four per example, on the parsed spec (delete, add, retype or rename a key,
 swap two values, deep nesting, huge numbers, unicode, hostile strings) and on its text (broken
 YAML, truncation, an empty file, huge numbers, deep brackets, alias bombs, tags). CI runs a fixed
@@ -29,19 +31,23 @@ from generator.core.tree import Tree
 from generator.lint import rules
 from generator.lint.checks import format_github, format_json, format_text, lint
 from generator.spec.load import load_specs
-from generator.spec.model import json_schema
+from generator.spec.schema import json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
-BASES = ("add", "matmul", "sum")
+BASES = ("add", "matmul", "max", "families/binary", "families/reduce")
+COMPANION = {"families/binary": "add", "families/reduce": "max"}  # an op of the mutated family
 TEXTS = {op: (ROOT / "specs" / f"{op}.yaml").read_text(encoding="utf-8") for op in BASES}
 TREES = {op: yaml.safe_load(text) for op, text in TEXTS.items()}
-MODELINE = "# yaml-language-server: $schema=schema.json\n"
+FAMILIES = {
+    f.name: f.read_text(encoding="utf-8") for f in sorted((ROOT / "specs" / "families").iterdir())
+}
+MODELINES = {op: text.splitlines(keepends=True)[0] for op, text in TEXTS.items()}
 EXAMPLES = int(os.environ.get("CLFORGE_FUZZ_EXAMPLES", "150"))
 
 
 def _schema_keys() -> list[str]:
     schema = json_schema()
-    keys = set(schema["properties"])
+    keys: set[str] = set()
     for d in schema["$defs"].values():
         for part in [d, *d.get("anyOf", [])]:
             keys |= set(part.get("properties", {}))
@@ -263,13 +269,13 @@ def tree_root() -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix="clforge-fuzz-") as tmp:
         root = Path(tmp)
         shutil.copytree(ROOT / "templates", root / "templates")
-        (root / "specs").mkdir()
+        (root / "specs" / "families").mkdir(parents=True)
         yield root
 
 
-def _dump(tree: Any) -> str | None:
+def _dump(tree: Any, modeline: str) -> str | None:
     try:
-        return MODELINE + yaml.safe_dump(tree, allow_unicode=True, sort_keys=False)
+        return modeline + yaml.safe_dump(tree, allow_unicode=True, sort_keys=False)
     except (yaml.YAMLError, ValueError, RecursionError):
         return None  # not representable as YAML (e.g. a NaN key): use the text mutations
 
@@ -290,24 +296,28 @@ def test_lint_survives_any_mutation(tree_root: Path, data: st.DataObject) -> Non
             text = _mutate_text(data, text)
         else:
             tree = _mutate_tree(data, tree)
-            text = _dump(tree) or text
+            text = _dump(tree, MODELINES[op]) or text
     specs = tree_root / "specs"
-    for old in specs.iterdir():
+    for old in specs.glob("*.yaml"):
         old.unlink()
-    path = specs / f"{op}.yaml"
-    path.write_text(text, encoding="utf-8")
+    for name, family in FAMILIES.items():
+        (specs / "families" / name).write_text(family, encoding="utf-8")
+    (specs / f"{op}.yaml").write_text(text, encoding="utf-8")
+    shown = {f"specs/{op}.yaml"}
+    if op in COMPANION:
+        (specs / f"{COMPANION[op]}.yaml").write_text(TEXTS[COMPANION[op]], encoding="utf-8")
+        shown.add(f"specs/{COMPANION[op]}.yaml")
 
     report = lint((), Tree(tree_root))
 
-    shown = f"specs/{op}.yaml"
     for d in report.findings:
         assert d.rule in rules.BY_ID, str(d)
         assert d.rule != "internal-error", f"{d}\n--- spec:\n{text[:2000]}"
-        if d.loc.path == shown:
+        if d.loc.path in shown:
             assert d.loc.line >= 1, str(d)  # located in the file
         else:
             assert d.rule == "stale-output", str(d)  # generated files, before any generation
-    if not any(d.loc.path == shown and d.severity.value == "error" for d in report.findings):
+    if not any(d.loc.path in shown and d.severity.value == "error" for d in report.findings):
         load_specs(Tree(tree_root))  # no finding in the spec: generation accepts it
     assert len(format_text(report).splitlines()) == len(report.findings)
     assert len(json.loads(format_json(report))["findings"]) == len(report.findings)

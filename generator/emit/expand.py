@@ -76,8 +76,8 @@ def expand(loaded: LoadedSpec) -> list[Instance]:
                 name = instance_name(spec.op, v.name, dtype, layouts, multi)
                 if name in seen:
                     diags.append(
-                        Diagnostic(
-                            loaded.where("variants", vi, "name"),
+                        loaded.diagnostic(
+                            ("variants", vi, "name"),
                             "duplicate-name",
                             f"instance name {name!r} is produced twice (also by variant "
                             f"{spec.variants[seen[name]].name!r}); rename one variant",

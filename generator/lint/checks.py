@@ -22,8 +22,6 @@ from generator.core.tree import DEFAULT, Tree
 from generator.emit.expand import expand
 from generator.emit.render import Renderer
 from generator.errors import (
-    BuildError,
-    ClforgeError,
     DeviceError,
     Diagnostic,
     GenerationError,
@@ -35,10 +33,13 @@ from generator.errors import (
     UsageError,
 )
 from generator.lint import rules
-from generator.registry.records import Instance
+from generator.lint.device_build import compile_problems
+from generator.spec.families import Families, load_families
+from generator.spec.files import FAMILIES, family_files, is_family_file
 from generator.spec.load import LoadedSpec, check_text, duplicate_ops, read_spec, spec_files
 
 MODELINE = "# yaml-language-server: $schema=schema.json"
+FAMILY_MODELINE = "# yaml-language-server: $schema=../schema.json"  # in specs/families/
 _MODELINE = re.compile(r"#\s*yaml-language-server:\s*\$schema=\S+")
 
 
@@ -73,16 +74,17 @@ class Report:
 
 
 def spec_paths(paths: Sequence[Path], tree: Tree = DEFAULT) -> list[Path]:
-    """The spec files named by `paths` (files, or folders of *.yaml); the tree's specs if none."""
+    """The spec files named by `paths` (files, or folders of *.yaml and their families/*.yaml);
+    the tree's specs and families if none."""
     if not paths:
-        found = spec_files(tree.specs)
+        found = spec_files(tree.specs) + family_files(tree.specs)
         if not found:
             raise UsageError(f"no spec files (*.yaml) in {tree.rel(tree.specs)}/")
         return found
     out: dict[Path, Path] = {}
     for p in paths:
         if p.is_dir():
-            found = spec_files(p)
+            found = spec_files(p) + family_files(p)
             if not found:
                 raise UsageError(f"{p}: no spec files (*.yaml) in this folder")
         elif p.is_file():
@@ -114,7 +116,7 @@ def _guarded(where: str, check: Callable[[], list[Diagnostic]]) -> list[Diagnost
         ]
 
 
-def modeline_problem(text: str, path: str) -> Diagnostic | None:
+def modeline_problem(text: str, path: str, modeline: str = MODELINE) -> Diagnostic | None:
     """A warning when the leading comment lines lack the yaml-language-server modeline."""
     for line in text.splitlines():
         stripped = line.strip()
@@ -125,20 +127,42 @@ def modeline_problem(text: str, path: str) -> Diagnostic | None:
     return Diagnostic(
         Location(path, 1, 1),
         "modeline",
-        f"the file does not start with `{MODELINE}`, so YAML editors cannot complete and check "
+        f"the file does not start with `{modeline}`, so YAML editors cannot complete and check "
         "its keys (the schema is written by `clforge schema --write`)",
     )
 
 
-def _check_file(f: Path, tree: Tree, loaded: list[LoadedSpec]) -> list[Diagnostic]:
+class _FamilyTables:
+    """The families of each specs folder met in one lint run, each folder's loaded once."""
+
+    def __init__(self, tree: Tree) -> None:
+        self.tree = tree
+        self.tables: dict[Path, Families] = {}
+
+    def of(self, specs: Path) -> Families:
+        key = specs.resolve()
+        if key not in self.tables:
+            self.tables[key] = load_families(specs, self.tree)
+        return self.tables[key]
+
+
+def _check_file(
+    f: Path, tree: Tree, loaded: list[LoadedSpec], families: _FamilyTables
+) -> list[Diagnostic]:
     rel = tree.rel(f)
     text, found = read_spec(f, tree)
     if text is None:
         return found
-    modeline = modeline_problem(text, rel)
-    spec, found = check_text(text, rel, tree)
-    if spec is not None:
-        loaded.append(spec)
+    if is_family_file(f):
+        # checked once per folder; a broken family's findings also come back from each of its
+        # members, and the run reports each finding once
+        modeline = modeline_problem(text, rel, FAMILY_MODELINE)
+        found = list(families.of(f.parent.parent).problems.get(f.name.removesuffix(".yaml"), ()))
+    else:
+        modeline = modeline_problem(text, rel)
+        spec, found = check_text(text, rel, tree, families.of(f.parent))
+        if spec is not None:
+            loaded.append(spec)
     return found + ([modeline] if modeline else [])
 
 
@@ -169,8 +193,8 @@ def render_problems(loaded: LoadedSpec, renderer: Renderer) -> list[Diagnostic]:
             else ""
         )
         out.append(
-            Diagnostic(
-                loaded.where("variants", i, "template"),
+            loaded.diagnostic(
+                ("variants", i, "template"),
                 "template-render",
                 f"variant {v.name}: template {v.template} does not render: {messages[0]}{more}",
             )
@@ -207,78 +231,6 @@ def freshness_problems(tree: Tree) -> list[Diagnostic]:
     return []
 
 
-_COMPILER_LINE = re.compile(
-    r"^(?:(?P<pre>error|fatal error):\s*)?(?P<file>[^\n]*?):(?P<line>\d+):(?P<col>\d+):\s*"
-    r"(?:(?P<post>error|fatal error|warning|note):\s*)?(?P<msg>.*)$",
-    re.MULTILINE,
-)
-
-
-def compiler_errors(log: str) -> list[tuple[int, int, str]]:
-    """(line, column, message) of each error in a compiler log, in the two common spellings:
-    `<source>:3:5: error: msg` (clang, NVIDIA, AMD, Intel) and `error: file:3:5: msg` (PoCL)."""
-    out = []
-    for m in _COMPILER_LINE.finditer(log):
-        kind = m.group("pre") or m.group("post")
-        if kind in ("error", "fatal error"):
-            out.append((int(m.group("line")), int(m.group("col")), m.group("msg").strip()))
-    if not out:
-        lines = [ln.strip() for ln in log.splitlines() if "error" in ln.lower()]
-        out.append((0, 0, (lines[-1] if lines else log.strip())[:300] or "build failed"))
-    return out
-
-
-def compile_problems(tree: Tree, loaded: Sequence[LoadedSpec]) -> list[Diagnostic]:
-    """Build every instance of the loaded ops on the default OpenCL device; each compiler error
-    becomes a finding at the variant's `template:`, quoting the generated file's line."""
-    from generator.registry import loader as registry
-
-    try:
-        import pyopencl as cl
-
-        from generator.runtime.launch import Runtime
-    except ImportError as exc:
-        raise DeviceError(f"--compile needs pyopencl and an OpenCL driver: {exc}") from None
-    reg = registry.load(tree)
-    try:
-        rt = Runtime(reg=reg)
-    except cl.Error as exc:
-        raise DeviceError(f"cannot open the default OpenCL device: {exc}") from None
-    where = {
-        (s.spec.op, v.name): s.where("variants", i, "template")
-        for s in loaded
-        for i, v in enumerate(s.spec.variants)
-    }
-    # one finding per variant and message: the instances of a variant mostly fail alike
-    groups: dict[tuple[Location, str], list[tuple[str, Instance]]] = {}
-    for inst in sorted(reg.instances.values(), key=lambda i: i.name):
-        loc = where.get((inst.op, inst.variant))
-        if loc is None:
-            continue
-        gen = f"generated/{inst.source}"
-        try:
-            rt.build(inst)
-        except BuildError as exc:
-            for line, col, msg in compiler_errors(exc.log):
-                at = f"{gen}:{line}:{col}" if line else gen
-                groups.setdefault((loc, msg), []).append((at, inst))
-        except ClforgeError as exc:
-            groups.setdefault((loc, str(exc)), []).append((gen, inst))
-    out = []
-    for (loc, msg), places in groups.items():
-        at, first = places[0]
-        more = len(places) - 1
-        also = f"; also in {more} more instance{'s' * (more != 1)}" if more else ""
-        out.append(
-            Diagnostic(
-                loc,
-                "compile-error",
-                f"{at}: {msg} (instance {first.name}, from template {first.template}{also})",
-            )
-        )
-    return out
-
-
 # --- the run ------------------------------------------------------------------------------------
 
 
@@ -292,16 +244,18 @@ def lint(
     """Lint the spec files named by `paths` (default: the tree's specs).
 
     `generated/` is checked for freshness (and, with `compile`, built) only when every linted
-    file is one of the tree's own specs and no spec has an error.
+    file is one of the tree's own specs (or families) and no spec has an error.
     """
     files = spec_paths(paths, tree)
-    own = all(f.resolve().parent == tree.specs.resolve() for f in files)
+    folders = (tree.specs.resolve(), (tree.specs / FAMILIES).resolve())
+    own = all(f.resolve().parent in folders for f in files)
     if compile and not own:
         raise UsageError("--compile builds the tree's own specs: lint files under specs/")
     findings: list[Diagnostic] = []
     loaded: list[LoadedSpec] = []
+    families = _FamilyTables(tree)
     for f in files:
-        findings += _guarded(tree.rel(f), partial(_check_file, f, tree, loaded))
+        findings += _guarded(tree.rel(f), partial(_check_file, f, tree, loaded, families))
     findings += _guarded(tree.rel(tree.specs), partial(duplicate_ops, loaded))
     renderer = Renderer(tree)
     for spec in loaded:
@@ -315,7 +269,7 @@ def lint(
                 tree.rel(tree.generated), partial(compile_problems, tree, loaded)
             )
     return Report(
-        tuple(sorted(_printable(rules.normalized(d)) for d in findings)),
+        tuple(sorted({_printable(rules.normalized(d)) for d in findings})),
         tuple(tree.rel(f) for f in files),
     )
 

@@ -62,7 +62,24 @@ RULES: tuple[Rule, ...] = (
         "a name used twice where it must be unique (argument, param, variant, op, instance)",
         "names",
     ),
-    Rule("file-name", _E, "an op must live in a file named <op>.yaml", "names"),
+    Rule(
+        "file-name",
+        _E,
+        "an op must live in a file named <op>.yaml, a family in families/<family>.yaml",
+        "names",
+    ),
+    Rule(
+        "unknown-family",
+        _E,
+        "an op names a family that its specs folder does not define in families/",
+        "names",
+    ),
+    Rule(
+        "family-override",
+        _E,
+        "an op changes or omits a variant its family does not have, or changes one it omits",
+        "names",
+    ),
     Rule("undeclared-dim", _E, "a tensor shape uses a dim that `dims` does not declare", "dims"),
     Rule(
         "unbound-dim",

@@ -2,7 +2,8 @@
 
 Loading a file never raises anything but :class:`SpecError`, which carries all of the file's
 diagnostics at once: YAML syntax, structure (via pydantic, re-worded with the valid keys), and
-the meaning that spans fields (names, dims, guards, templates, coverage).
+the meaning that spans fields (names, dims, guards, templates, coverage). An op of a family
+(`family:`) is merged with its family first (:mod:`generator.spec.families`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -19,56 +19,79 @@ from generator.core.located_yaml import LocMap, YamlProblem, load_yaml, locate
 from generator.core.tree import DEFAULT, Tree
 from generator.errors import Diagnostic, Location, SpecError
 from generator.registry.records import OpSig
+from generator.spec.families import (
+    Families,
+    Membership,
+    check_member,
+    load_families,
+    mapping_problem,
+)
+from generator.spec.files import read_spec, spec_files
 from generator.spec.model import OpSpec
 from generator.spec.op_checks import check_op
 from generator.spec.signature import signature_of
 from generator.spec.structure import structure_findings
 
+__all__ = [
+    "LoadedSpec",
+    "check_text",
+    "duplicate_ops",
+    "load_specs",
+    "read_spec",
+    "spec_files",
+]
+
 
 @dataclass(frozen=True)
 class LoadedSpec:
-    """A valid spec, the file it came from, and its located YAML tree for later messages."""
+    """A valid spec, the file it came from, and its located YAML tree for later messages (for
+    an op of a family, the merged tree, whose inherited values are located in the family file)."""
 
     path: str  # as shown in messages: relative to the tree's root
     spec: OpSpec
     tree: LocMap
+    membership: Membership | None = None
 
     def signature(self) -> OpSig:
         return signature_of(self.spec, self.path)
 
     def where(self, *keys: int | str, at_key: bool = False) -> Location:
+        """Where the value at `keys` was written (in the family file, if inherited)."""
         return locate(self.tree, keys, at_key=at_key) or Location(self.path)
+
+    def diagnostic(self, keys: tuple[int | str, ...], rule: str, message: str) -> Diagnostic:
+        """A finding on the value at `keys`, in this op's own file: one on an inherited value
+        is reported at the member's override or `family:`, naming the family's line."""
+        loc = self.where(*keys)
+        if self.membership is not None:
+            loc, message = self.membership.placed(self.path, self.tree, keys, loc, message)
+        return Diagnostic(loc, rule, message)
 
 
 # --- entry points -------------------------------------------------------------------------------
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "an empty document"
-    if isinstance(value, list):
-        return "a list"
-    return f"a single {type(value).__name__} value"
-
-
 def check_text(
-    text: str, path: str, tree: Tree = DEFAULT
+    text: str, path: str, tree: Tree = DEFAULT, families: Families | None = None
 ) -> tuple[LoadedSpec | None, list[Diagnostic]]:
-    """Load one spec from text; return it (if valid) and every diagnostic found."""
+    """Load one spec from text; return it (if valid) and every diagnostic found. An op of a
+    family is resolved in `families` (default: the tree's); if its family is broken, the
+    family's findings are returned (the same for every member: report them once)."""
     try:
         doc = load_yaml(text, path)
     except YamlProblem as exc:
         return None, [exc.diagnostic]
-    col = Collector(path, doc)
     if not isinstance(doc, LocMap):
-        col.diags.append(
-            Diagnostic(
-                getattr(doc, "loc", None) or Location(path, 1, 1),
-                "type",
-                f"a spec file must hold one mapping (op:, dims:, inputs:, ...), not {_kind(doc)}",
-            )
-        )
-        return None, col.diags
+        return None, [mapping_problem(doc, path, "a spec file", "op")]
+    if "family" in doc:
+        if families is None:
+            families = load_families(tree.specs, tree)
+        found, diags = check_member(doc, path, tree, families)
+        if found is None:
+            return None, diags
+        spec, merged, membership = found
+        return LoadedSpec(path, spec, merged, membership), []
+    col = Collector(path, doc)
     try:
         spec = OpSpec.model_validate(doc)
     except ValidationError as err:
@@ -79,36 +102,6 @@ def check_text(
     if col.diags:
         return None, col.diags
     return LoadedSpec(path, spec, doc), []
-
-
-def spec_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.glob("*.yaml") if p.is_file())
-
-
-def read_spec(path: Path, tree: Tree = DEFAULT) -> tuple[str | None, list[Diagnostic]]:
-    """The text of one spec file, or None and why it cannot be read (located, for bytes that
-    are not UTF-8)."""
-    shown = tree.rel(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        return None, [Diagnostic(Location(shown), "io", f"cannot read spec: {exc}")]
-    try:
-        return data.decode("utf-8"), []
-    except UnicodeDecodeError as exc:
-        return None, [utf8_problem(data, exc, shown)]
-
-
-def utf8_problem(data: bytes, exc: UnicodeDecodeError, path: str) -> Diagnostic:
-    """Where the first byte that is not UTF-8 sits, as line and column (of characters)."""
-    before = data[: exc.start]
-    line = before.count(b"\n") + 1
-    col = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", errors="replace")) + 1
-    return Diagnostic(
-        Location(path, line, col),
-        "io",
-        f"byte 0x{data[exc.start]:02x} is not valid UTF-8 ({exc.reason}); specs are UTF-8 text",
-    )
 
 
 def duplicate_ops(loaded: Sequence[LoadedSpec]) -> list[Diagnostic]:
@@ -130,19 +123,21 @@ def duplicate_ops(loaded: Sequence[LoadedSpec]) -> list[Diagnostic]:
 
 
 def load_specs(tree: Tree = DEFAULT, files: list[Path] | None = None) -> list[LoadedSpec]:
-    """Load every spec of a tree; raise one SpecError carrying all diagnostics of all files."""
+    """Load every spec of a tree; raise one SpecError carrying all diagnostics of all files,
+    the tree's family files included."""
     loaded: list[LoadedSpec] = []
-    diags: list[Diagnostic] = []
+    families = load_families(tree.specs, tree)
+    diags: list[Diagnostic] = families.diagnostics()
     for f in files if files is not None else spec_files(tree.specs):
         text, problems = read_spec(f, tree)
         diags.extend(problems)
         if text is None:
             continue
-        spec, found = check_text(text, tree.rel(f), tree)
+        spec, found = check_text(text, tree.rel(f), tree, families)
         diags.extend(found)
         if spec is not None:
             loaded.append(spec)
     diags.extend(duplicate_ops(loaded))
     if diags:
-        raise SpecError(diags)
+        raise SpecError(sorted(set(diags)))
     return loaded

@@ -3,11 +3,12 @@
 Pydantic does the structural work (types, required keys, unknown keys, vocabularies) and gives
 the JSON Schema for editors for free, so the schema can never drift from the code. Meaning that
 spans fields (dims, names, guards, templates, coverage) is checked in :mod:`generator.spec.load`.
+The models of op families and their members are derived from these in :mod:`family_model`, and
+the JSON Schema of all three kinds of spec file is composed in :mod:`schema`.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -34,8 +35,6 @@ AttrType = Literal["int", "float"]
 DeviceType = Literal["cpu", "gpu", "accelerator"]
 LimitExpr = Annotated[StrictStr, Field(pattern=r"^\s*(>=|<=|==|>|<)\s*[0-9]+\s*$")]
 Expr = StrictStr | StrictInt
-
-SCHEMA_ID = "https://clforge.dev/schema/op-spec.json"
 
 
 class _Model(BaseModel):
@@ -174,23 +173,20 @@ class VariantSpec(_Model):
     @model_validator(mode="before")
     @classmethod
     def _arch_shorthand(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("arch"), str):
-            return {**data, "arch": [data["arch"]]}
-        return data
+        return arch_shorthand(data)
+
+
+def arch_shorthand(data: Any) -> Any:
+    """`arch: cpu` is shorthand for `arch: [cpu]` (in a variant, and in a member's override)."""
+    if isinstance(data, dict) and isinstance(data.get("arch"), str):
+        return {**data, "arch": [data["arch"]]}
+    return data
 
 
 class OpSpec(_Model):
     """One op: its signature (dims, tensors, attributes), dtypes, layouts and variants."""
 
-    model_config = ConfigDict(
-        frozen=True,
-        extra="forbid",
-        title="clforge op spec",
-        json_schema_extra={
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": SCHEMA_ID,
-        },
-    )
+    model_config = ConfigDict(frozen=True, extra="forbid", title="clforge op spec")
 
     op: StrictStr = Field(description="the op's name, a C identifier; the file is <op>.yaml")
     doc: StrictStr = Field("", description="what the op computes")
@@ -233,13 +229,3 @@ class OpSpec(_Model):
 
     def layouts_of(self, tensor: str) -> tuple[str, ...]:
         return self.layouts.get(tensor, ("row",))
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of a spec file, as exported to specs/schema.json."""
-    return OpSpec.model_json_schema()
-
-
-def schema_text() -> str:
-    """specs/schema.json exactly: sorted keys, two-space indent, a trailing newline."""
-    return json.dumps(json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"

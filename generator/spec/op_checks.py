@@ -17,7 +17,10 @@ from generator.spec.signature import signature_of
 from generator.spec.variant_checks import check_expr, check_variant
 
 
-def check_op(col: Collector, spec: OpSpec, tree: Tree, stem: str) -> None:
+def check_op(col: Collector, spec: OpSpec, tree: Tree, stem: str, kind: str = "op") -> None:
+    """Every check of one op; `kind` "family" checks a family's body as an op named after it
+    (the family file's own name is checked where it is loaded)."""
+
     def ident(
         keys: KeyPath, name: str, what: str, *, at_key: bool = True, reserved: bool = True
     ) -> None:
@@ -25,7 +28,7 @@ def check_op(col: Collector, spec: OpSpec, tree: Tree, stem: str) -> None:
         if problem:
             col.add(keys, "c-identifier", f"{what} {problem}", at_key=at_key)
 
-    ident(("op",), spec.op, "op name", at_key=False, reserved=False)
+    ident(("op",), spec.op, f"{kind} name", at_key=False, reserved=False)
     if spec.op != stem:
         col.add(
             ("op",),
@@ -162,19 +165,28 @@ def check_op(col: Collector, spec: OpSpec, tree: Tree, stem: str) -> None:
         if problem:
             col.add((*key, "name"), "c-identifier", f"variant name {problem}")
         if v.name in names_seen:
-            first = locate(col.tree, ("variants", names_seen[v.name], "name"))
+            first = _line(col, ("variants", names_seen[v.name], "name"))
             col.add(
                 (*key, "name"),
                 "duplicate-name",
-                f"variant name {v.name!r} is used twice in op {spec.op!r} (first at line "
-                f"{first.line if first else '?'}); instance names would collide",
+                f"variant name {v.name!r} is used twice in {kind} {spec.op!r} (first at "
+                f"{first}); instance names would collide",
             )
         else:
             names_seen[v.name] = i
         check_variant(col, spec, v, key, seen, tree)
 
-    _check_coverage(col, spec)
+    _check_coverage(col, spec, kind)
     _check_ambiguity(col, spec)
+
+
+def _line(col: Collector, keys: KeyPath) -> str:
+    """`line 12` of the file being checked, or `specs/families/unary.yaml:12` of another one
+    (a value an op inherits from its family)."""
+    loc = locate(col.tree, keys)
+    if loc is None:
+        return "line ?"
+    return f"line {loc.line}" if loc.path == col.path else f"{loc.path}:{loc.line}"
 
 
 def _check_convention(col: Collector, spec: OpSpec) -> None:
@@ -182,7 +194,7 @@ def _check_convention(col: Collector, spec: OpSpec) -> None:
         col.add(("call",), "convention", problem)
 
 
-def _check_coverage(col: Collector, spec: OpSpec) -> None:
+def _check_coverage(col: Collector, spec: OpSpec, kind: str) -> None:
     near: list[str] = []  # generic variants that fall short, and why
     for v in spec.variants:
         try:
@@ -211,7 +223,7 @@ def _check_coverage(col: Collector, spec: OpSpec) -> None:
     col.add(
         ("variants",),
         "generic-coverage",
-        f"op {spec.op!r} has no generic fallback: one variant must have arch: generic, cover "
+        f"{kind} {spec.op!r} has no generic fallback: one variant must have arch: generic, cover "
         f"every dtype ({', '.join(spec.dtypes)}) and layout, and have no guard or "
         f"requirement{why}",
     )
@@ -256,7 +268,7 @@ def _check_ambiguity(col: Collector, spec: OpSpec) -> None:
             layouts = [a & b for a, b in zip(reach.layouts, other.layouts, strict=True)]
             if v.priority != w.priority or not shared or not dtypes or not all(layouts):
                 continue
-            first = locate(col.tree, ("variants", j, "name"))
+            first = _line(col, ("variants", j, "name"))
             where = " ".join(
                 f"{t}:{'/'.join(sorted(lay))}"
                 for t, lay in zip(tensors, layouts, strict=True)
@@ -266,7 +278,7 @@ def _check_ambiguity(col: Collector, spec: OpSpec) -> None:
             col.add(
                 ("variants", i, "name"),
                 "ambiguous-variants",
-                f"variants {w.name!r} (line {first.line if first else '?'}) and {v.name!r} tie: "
+                f"variants {w.name!r} ({first}) and {v.name!r} tie: "
                 f"both target {', '.join(str(t) for t in sorted(shared))} with priority "
                 f"{v.priority} for dtype{'s' * (len(dtypes) > 1)} {', '.join(sorted(dtypes))}"
                 f"{' and layouts ' + where if where else ''}, so the dispatcher could not "

@@ -80,7 +80,10 @@ def _union_tag(tree: Any, keys: KeyPath, i: int) -> bool:
     return not (isinstance(node, dict) and key in node)
 
 
-def structure_findings(col: Collector, err: ValidationError) -> None:
+def structure_findings(
+    col: Collector, err: ValidationError, model: type[BaseModel] = OpSpec
+) -> None:
+    """Report pydantic's errors on the file `model` validated, re-worded and located."""
     errors = []
     unions: dict[KeyPath, list[str]] = {}  # a value checked against each member of a union
     for e in err.errors(include_url=False):
@@ -102,7 +105,7 @@ def structure_findings(col: Collector, err: ValidationError) -> None:
             wanted = " or ".join(dict.fromkeys(unions[keys]))
             col.add(keys, "type", f"{where}: should be {wanted} (got {got})")
         elif kind == "extra_forbidden":
-            parent = _model_at(OpSpec, keys[:-1])
+            parent = _model_at(model, keys[:-1])
             fields = list(parent.model_fields) if parent else []
             close = difflib.get_close_matches(str(keys[-1]), fields, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

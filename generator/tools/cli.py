@@ -42,7 +42,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from generator.spec.model import schema_text
+    from generator.spec.schema import schema_text
 
     tree = _tree(args)
     text = schema_text()
