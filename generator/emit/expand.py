@@ -12,9 +12,11 @@ from generator.registry.records import (
     Instance,
     Launch,
     Requirements,
+    Scratch,
+    Step,
 )
 from generator.spec.load import LoadedSpec
-from generator.spec.model import OpSpec, VariantSpec
+from generator.spec.model import LaunchSpec, OpSpec, VariantSpec
 
 _LIMIT = re.compile(r"\s*(>=|<=|==|>|<)\s*([0-9]+)\s*")
 
@@ -27,15 +29,26 @@ def instance_name(
     return "__".join(parts)
 
 
-def _args(spec: OpSpec, dtype: str) -> tuple[Arg, ...]:
+def _args(
+    spec: OpSpec,
+    dtype: str,
+    reads: tuple[str, ...] | None = None,
+    writes: tuple[str, ...] | None = None,
+) -> tuple[Arg, ...]:
+    """A kernel's arguments: buffers (the op's inputs and outputs, or a routine step's reads and
+    writes, scratch included), then every dim, the strides of the broadcast inputs it reads,
+    and every attribute."""
+    reads = tuple(spec.inputs) if reads is None else reads
+    writes = tuple(spec.outputs) if writes is None else writes
     out: list[Arg] = []
-    for kind, group in (("input", spec.inputs), ("output", spec.outputs)):
-        for name, t in group.items():
-            d = DTYPES[t.dtype or dtype]
+    for kind, names in (("input", reads), ("output", writes)):
+        for name in names:
+            t = spec.tensors.get(name)
+            d = DTYPES[(t.dtype if t is not None else None) or dtype]
             out.append(Arg(kind, name, d.cl, d.name))  # type: ignore[arg-type]
     out.extend(Arg("dim", d, "int") for d in spec.dims)
     for name, t in spec.inputs.items():
-        if t.broadcast:
+        if t.broadcast and name in reads:
             out.extend(
                 Arg("stride", f"{name}_s{k}", "int", tensor=name, axis=k)
                 for k in range(len(t.shape))
@@ -43,6 +56,29 @@ def _args(spec: OpSpec, dtype: str) -> tuple[Arg, ...]:
     compute = DTYPES[dtype].compute if DTYPES[dtype].is_float else "float"
     out.extend(Arg("attr", n, "int" if a.type == "int" else compute) for n, a in spec.attrs.items())
     return tuple(out)
+
+
+def _launch(launch: LaunchSpec) -> Launch:
+    return Launch(
+        tuple(str(e) for e in launch.global_size),
+        tuple(str(e) for e in launch.local_size) if launch.local_size is not None else None,
+    )
+
+
+def _steps(spec: OpSpec, v: VariantSpec, instance: str, dtype: str) -> tuple[Step, ...]:
+    if v.routine is None:
+        return ()
+    return tuple(
+        Step(
+            s.name,
+            f"{instance}__{s.name}",
+            _args(spec, dtype, s.reads, s.writes),
+            _launch(s.launch),
+            s.reads,
+            s.writes,
+        )
+        for s in v.routine.steps
+    )
 
 
 def _requirements(spec: OpSpec, v: VariantSpec, dtype: str) -> Requirements:
@@ -98,17 +134,17 @@ def expand(loaded: LoadedSpec) -> list[Instance]:
                         guard=v.when,
                         requires=_requirements(spec, v, dtype),
                         args=_args(spec, dtype),
-                        launch=Launch(
-                            tuple(str(e) for e in v.launch.global_size),
-                            tuple(str(e) for e in v.launch.local_size)
-                            if v.launch.local_size is not None
-                            else None,
+                        launch=_launch(v.launch or v.routine.steps[-1].launch),  # type: ignore[union-attr]
+                        steps=_steps(spec, v, name, dtype),
+                        scratch=tuple(
+                            Scratch(k, s)
+                            for k, s in (v.routine.scratch if v.routine else {}).items()
                         ),
                         source=f"kernels/{spec.op}/{name}.cl",
                         template=v.template,
                         tunables=tuple(sorted(v.tunables.items())),
-                    constraints=v.constraints,
-                    build_options=" ".join(v.build_options),
+                        constraints=v.constraints,
+                        build_options=" ".join(v.build_options),
                     )
                 )
     if diags:

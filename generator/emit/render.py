@@ -73,8 +73,15 @@ class Renderer:
             "T": DTYPES[inst.dtype],
             "params": inst.param_map,
             "layout": dict(inst.layouts),
-            "shape": {t.name: t.shape for t in op.inputs + op.outputs},
-            "tdtype": {t.name: DTYPES[t.dtype or inst.dtype] for t in op.inputs + op.outputs},
+            "shape": {
+                **{t.name: t.shape for t in op.inputs + op.outputs},
+                **{s.name: (s.size,) for s in inst.scratch},
+            },
+            "tdtype": {
+                **{t.name: DTYPES[t.dtype or inst.dtype] for t in op.inputs + op.outputs},
+                **{s.name: DTYPES[s.dtype or inst.dtype] for s in inst.scratch},
+            },
+            "steps": {s.name: s for s in inst.steps},
             "spec_path": op.spec,
         }
         try:
@@ -91,4 +98,11 @@ class Renderer:
             ).with_traceback(None) from None
         except RecursionError:
             raise TemplateError(f"{template}: rendering {inst.name} recursed too deeply") from None
+        for step in inst.steps:
+            if f"__kernel void {step.kernel}(" not in text:
+                raise TemplateError(
+                    f"{template}: rendering {inst.name} defined no kernel for step {step.name} "
+                    f"(expected `__kernel void {step.kernel}(`: declare it with "
+                    f"cf.signature(step=steps.{step.name}))"
+                )
         return "\n".join(line.rstrip() for line in text.strip().splitlines()) + "\n"

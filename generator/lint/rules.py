@@ -122,6 +122,13 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("guard-name", _E, "an expression names something that is not in its scope", "dims"),
     Rule(
+        "routine",
+        _E,
+        "a variant without launch: or routine:, or a routine whose steps read what no earlier "
+        "step wrote, write what is neither an output nor scratch, or leave an output unwritten",
+        "dims",
+    ),
+    Rule(
         "template-path",
         _E,
         "a template that is missing, not *.cl.j2, or outside the template folder",

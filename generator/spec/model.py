@@ -127,6 +127,36 @@ class LaunchSpec(_Model):
     )
 
 
+class StepSpec(_Model):
+    """One kernel of a routine, in launch order."""
+
+    name: StrictStr = Field(
+        description="a C identifier, unique within the routine; its kernel is <instance>__<name>"
+    )
+    reads: tuple[StrictStr, ...] = Field(
+        min_length=1,
+        description="buffers it reads: the op's inputs, or scratch an earlier step wrote",
+    )
+    writes: tuple[StrictStr, ...] = Field(
+        min_length=1, description="buffers it writes: the op's outputs, or scratch"
+    )
+    launch: LaunchSpec = Field(description="the step's NDRange")
+    doc: StrictStr = Field("", description="what the step does")
+
+
+class RoutineSpec(_Model):
+    """A variant whose work is several kernels (pack, compute, reduce, ...) run in order on
+    one queue, with scratch buffers between them; the variant's template renders every step's
+    kernel into one program."""
+
+    scratch: dict[StrictStr, StrictStr] = Field(
+        default_factory=dict,
+        description="scratch buffers by name, each of the instance's dtype: its element count, "
+        "an integer expression over dims and params",
+    )
+    steps: tuple[StepSpec, ...] = Field(min_length=1, description="the kernels, in order")
+
+
 class VariantSpec(_Model):
     """One implementation of the op, for some dtypes, layouts and devices."""
 
@@ -138,7 +168,12 @@ class VariantSpec(_Model):
         json_schema_extra=_arch_schema,
     )
     template: StrictStr = Field(description="path under templates/, e.g. matmul/generic.cl.j2")
-    launch: LaunchSpec = Field(description="the NDRange")
+    launch: LaunchSpec | None = Field(
+        None, description="the NDRange (of a one-kernel variant; a routine's steps have theirs)"
+    )
+    routine: RoutineSpec | None = Field(
+        None, description="the steps of a variant that runs several kernels (instead of launch)"
+    )
     doc: StrictStr = Field("", description="what this variant does differently")
     dtypes: tuple[DTypeName, ...] | None = Field(None, description="default: all of the op's")
     layouts: dict[StrictStr, tuple[LayoutName, ...]] | None = Field(

@@ -14,6 +14,7 @@ from generator.core.targets import Level, Target, parse_target
 from generator.core.tree import Tree
 from generator.spec.model import OpSpec, Requires, VariantSpec
 from generator.spec.signature import signature_of
+from generator.spec.routine_checks import check_routine
 from generator.spec.variant_checks import check_expr, check_variant
 
 
@@ -175,6 +176,8 @@ def check_op(col: Collector, spec: OpSpec, tree: Tree, stem: str, kind: str = "o
         else:
             names_seen[v.name] = i
         check_variant(col, spec, v, key, seen, tree)
+        scope = set(spec.dims) | set(v.params) | int_attrs
+        check_routine(col, spec, v, key, scope)
 
     _check_coverage(col, spec, kind)
     _check_ambiguity(col, spec)

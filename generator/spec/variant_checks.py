@@ -98,7 +98,7 @@ def check_variant(
     if v.when is not None:
         check_expr(col, (*key, "when"), v.when, "bool", scope)
     for part in ("global_size", "local_size"):
-        for j, e in enumerate(getattr(v.launch, part) or ()):
+        for j, e in enumerate(getattr(v.launch, part, None) or ()):
             check_expr(col, (*key, "launch", part, j), str(e), "int", scope)
     _check_constraints(col, v, key)
     for j, option in enumerate(v.build_options):
