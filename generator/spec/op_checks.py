@@ -13,8 +13,8 @@ from generator.core.located_yaml import locate
 from generator.core.targets import Level, Target, parse_target
 from generator.core.tree import Tree
 from generator.spec.model import OpSpec, Requires, VariantSpec
-from generator.spec.signature import signature_of
 from generator.spec.routine_checks import check_routine
+from generator.spec.signature import signature_of
 from generator.spec.variant_checks import check_expr, check_variant
 
 

@@ -46,7 +46,7 @@ def check_routine(
     names: set[str] = set()
     for i, step in enumerate(r.steps):
         skey = (*rkey, "steps", i)
-        problem = identifier_problem(step.name)
+        problem = identifier_problem(step.name, reserved=False)  # only inside kernel names
         if problem:
             col.add((*skey, "name"), "c-identifier", f"step {problem}")
         elif step.name in names:

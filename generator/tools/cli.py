@@ -97,7 +97,9 @@ def cmd_lint(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from generator.registry import loader as registry
 
-    reg = registry.default()
+    reg = registry.load(_tree(args))
+    if args.op:
+        reg.op(args.op)  # an unknown op is an error, not an empty listing
     for inst in sorted(reg.instances.values(), key=lambda i: i.name):
         if args.op and inst.op != args.op:
             continue
@@ -151,7 +153,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from generator.device.profile_files import find_profile
     from generator.registry import loader as registry
 
-    reg = registry.default()
+    reg = registry.load(_tree(args))
     op = reg.op(args.op)
     layouts = _pairs(args.layout, "layout")
     tensors = {t.name: t for t in op.inputs + op.outputs}
@@ -189,10 +191,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if choice is not None:
             doc["params"] = dict(choice.params)
             doc["params_origin"] = choice.describe()
+            doc["steps"] = [
+                {"name": s.name, "kernel": s.kernel, "reads": s.reads, "writes": s.writes}
+                for s in reg.instance(sel.chosen.instance).steps  # type: ignore[union-attr, arg-type]
+            ]
         print(json.dumps(doc, indent=2))
     else:
         lines = sel.table().splitlines()
         if choice is not None:  # above the verdict, which stays the last line
+            inst = reg.instance(sel.chosen.instance)  # type: ignore[union-attr, arg-type]
+            for step in inst.steps:
+                lines.insert(
+                    -1,
+                    f"  step {step.name}: {step.kernel}, reads {', '.join(step.reads)}, "
+                    f"writes {', '.join(step.writes)}, global size {list(step.launch.global_size)}",
+                )
             lines.insert(-1, f"  params of the chosen instance: {choice.describe()}")
         print("\n".join(lines))
     return 0 if sel.chosen else 1
