@@ -53,7 +53,7 @@ def chosen(
 def test_each_profile_gets_its_variant() -> None:
     dims = {"M": 64, "N": 64, "K": 64}
     assert chosen(NVIDIA, "matmul", dims=dims) == "matmul__gpu_tiled__f32__a_row__b_row"
-    assert chosen(POCL, "matmul", dims=dims) == "matmul__cpu_blocked__f32__a_row__b_row"
+    assert chosen(POCL, "matmul", dims=dims) == "matmul__cpu_packed__f32__a_row__b_row"
     assert chosen(UNKNOWN, "matmul", dims=dims) == "matmul__generic__f32__a_row__b_row"
     assert chosen(NVIDIA, "sum") == "sum__gpu_workgroup__f32"
     assert chosen(POCL, "add") == "add__cpu__f32"
@@ -61,7 +61,7 @@ def test_each_profile_gets_its_variant() -> None:
 
 def test_layout_and_dtype_steer_selection() -> None:
     sel = select(REG, POCL, "matmul", "f32", {"a": "row", "b": "col"}, {})
-    assert sel.chosen and sel.chosen.instance == "matmul__generic__f32__a_row__b_col"
+    assert sel.chosen and sel.chosen.instance == "matmul__cpu_packed__f32__a_row__b_col"
     reasons = {c.variant: c.reason for c in sel.candidates}
     assert reasons["cpu_blocked"] == "b is col-major; the variant takes it row-major"
     assert chosen(POCL, "matmul", "f16") == "matmul__generic__f16__a_row__b_row"
@@ -137,6 +137,8 @@ def test_explain_cli_text_and_json(capsys: pytest.CaptureFixture[str], tmp_path:
         "gpu_tiled": "chosen",
         "generic": "eligible",
         "cpu_blocked": "rejected",
+        "cpu_packed": "rejected",
+        "cpu_packed64": "rejected",
         "generic_half": "rejected",
     }
     assert main(["explain", "matmul", "--dims", "Q=3"]) == 2
@@ -165,7 +167,7 @@ def test_fortran_arrays_pick_col_instances() -> None:
     b = rng.standard_normal((20, 10)).astype(np.float32)
     d = dispatcher()
     plan = d.plan_for(d.registry.op("matmul"), {"a": a[None], "b": b[None]}, {})
-    assert plan.inst.name == "matmul__cpu_blocked__f32__a_col__b_row"
+    assert plan.inst.name == "matmul__cpu_packed__f32__a_col__b_row"
     np.testing.assert_allclose(ops.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
@@ -271,7 +273,7 @@ def test_compiled_checks_types_and_static_dims() -> None:
         "matmul",
         {"a": TensorType("f32", (1, "M", 16)), "b": TensorType("f32", (1, 16, "N"))},
     )
-    assert f.instance.name == "matmul__cpu_blocked__f32__a_row__b_row"
+    assert f.instance.name == "matmul__cpu_packed__f32__a_row__b_row"
     with pytest.raises(CallError, match="compiled for f32, called with f64"):
         f(np.ones((1, 2, 16)), np.ones((1, 16, 3)))
     with pytest.raises(CallError, match="one name means one size"):
@@ -318,7 +320,8 @@ def test_numpy_inputs_are_copied_into_the_layout_with_the_best_kernel() -> None:
     b = np.asfortranarray(rng.standard_normal((20, 10)).astype(np.float32))
     d = _pocl_dispatcher()
     host = d.plan_for(d.registry.op("matmul"), {"a": a[None], "b": b[None]}, {})
-    assert host.inst.variant == "cpu_blocked"  # b copied row-major: the cpu kernel takes it
+    # the packed cpu routine takes b in either layout: a Fortran b is not reordered on the way
+    assert host.inst.variant == "cpu_packed" and host.inst.layout_of("b") == "col"
     q = d.runtime.queue
     on_device = d.plan_for(d.registry.op("matmul"), {"a": cla.to_device(q, a[None]),
                                                      "b": cla.to_device(q, b[None])}, {})

@@ -75,9 +75,9 @@ def test_matmul_fortran_and_transposed_operands() -> None:
     bt = np.swapaxes(_r(3, 10, 20), 1, 2)  # batched, last two axes swapped in memory
     _close(ops.matmul(x, bt), x.astype(np.float64) @ bt)
     plan = d.plan_for(d.registry.op("matmul"), {"a": a[None], "b": b[None]}, {})
-    # a stays col-major (the best kernel takes it so); b is copied row-major, the only layout
-    # of B the cpu kernel takes: NumPy inputs are copied anyway
-    assert plan.inst.layout_of("a") == "col" and plan.inst.layout_of("b") == "row"
+    # both stay col-major: the packed cpu routine's pack step reads either layout, so a
+    # Fortran-ordered operand needs no reordering copy on the host
+    assert plan.inst.name == "matmul__cpu_packed__f32__a_col__b_col"
 
 
 def test_matmul_device_arrays_keep_their_layout_without_copies() -> None:
@@ -303,13 +303,13 @@ SUFFIX = {"matmul": "__a_row__b_row", "gemm": "__a_row__b_row", "permute": ""}
         ("nvidia-h100", "gpu_tiled"),
         ("amd-mi250x", "gpu_tiled"),
         ("intel-max-1100", "gpu_tiled"),
-        ("pocl-cpu", "cpu_blocked"),
+        ("pocl-cpu", "cpu_packed"),
         (None, "generic"),
     ],
 )
 def test_dispatcher_choice_per_profile(op: str, profile: str | None, variant: str) -> None:
     prof = find_profile(profile) if profile else UNKNOWN
-    if op == "permute" and variant == "cpu_blocked":
+    if op == "permute" and variant == "cpu_packed":
         variant = "cpu"
     sel = select(REG, prof, op, "f32", {}, DIMS[op])
     assert sel.chosen and sel.chosen.instance == f"{op}__{variant}__f32{SUFFIX[op]}"
@@ -322,7 +322,8 @@ def test_f16_picks_native_half_only_with_the_extension() -> None:
         sel = select(REG, find_profile("pocl-cpu"), op, "f16", {}, DIMS[op])
         assert sel.chosen and sel.chosen.variant == "generic"
     sel = select(REG, find_profile("pocl-cpu"), "matmul", "f32", {"b": "col"}, DIMS["matmul"])
-    assert sel.chosen and sel.chosen.variant == "generic"  # cpu_blocked takes b row-major
+    # cpu_blocked takes b row-major only; the packed routine takes either layout
+    assert sel.chosen and sel.chosen.variant == "cpu_packed"
 
 
 def test_permute_convention_merges_axes_that_stay_together() -> None:

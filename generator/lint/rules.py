@@ -124,8 +124,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "routine",
         _E,
-        "a variant without launch: or routine:, or a routine whose steps read what no earlier "
-        "step wrote, write what is neither an output nor scratch, or leave an output unwritten",
+        "a variant lacks launch: or routine:, or a routine reads what no earlier step wrote or "
+        "leaves an output unwritten",
         "dims",
     ),
     Rule(
