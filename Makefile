@@ -37,9 +37,18 @@ lint: $(INSTALLED)
 	$(BIN)/clforge lint
 	$(BIN)/clforge schema --check
 
-# NumPy is timed with the machine's OpenBLAS settings lifted (they slow current NumPy down)
+# The peers first (pyproject's `bench` extra: ONNX Runtime, CLBlast, matplotlib for the chart);
+# if the extra fails as a whole (pyclblast needs libclblast-dev), each is tried on its own, and a
+# peer that still fails is reported missing by the bench. NumPy is timed with the machine's
+# OpenBLAS settings lifted (they slow current NumPy down). BENCH_ARGS: e.g. --quick, --json.
+BENCH_ARGS ?=
 bench: $(OPENCL)
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/clforge bench
+	@$(BIN)/pip install -q -e '.[bench]' || { \
+	  echo 'some bench peers could not be installed; trying each on its own'; \
+	  for req in $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['bench']))"); do \
+	    $(BIN)/pip install -q "$$req" || echo "bench peer $$req could not be installed"; \
+	  done; }
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(BIN)/clforge bench $(BENCH_ARGS)
 
 tune: $(OPENCL)
 	$(BIN)/clforge tune $(TUNE_ARGS)

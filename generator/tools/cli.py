@@ -212,9 +212,12 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from generator.tools.bench import run_bench
+    from pathlib import Path
 
-    return run_bench(as_json=args.json)
+    from generator.tools.bench.run import run_bench
+
+    out = Path(args.out) if args.out else _tree(args).root / "bench-results"
+    return run_bench(as_json=args.json, quick=args.quick, out_dir=out)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -295,8 +298,16 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", action="store_true", help="machine-readable output")
     ex.set_defaults(func=cmd_explain)
 
-    b = sub.add_parser("bench", help="speed as ratios against NumPy and raw pyopencl")
-    b.add_argument("--json", action="store_true", help="machine-readable output")
+    b = sub.add_parser(
+        "bench", help="speed as ratios against NumPy, ONNX Runtime and CLBlast, and raw pyopencl"
+    )
+    b.add_argument("--json", action="store_true", help="print the JSON instead of the table")
+    b.add_argument(
+        "--quick", action="store_true", help="tiny sizes and one repeat: a check, not figures"
+    )
+    b.add_argument(
+        "--out", help="where bench.txt, bench.json and bench.png go (default: bench-results/)"
+    )
     b.set_defaults(func=cmd_bench)
 
     d = sub.add_parser("demo", help="run every op on the default device, checked against NumPy")

@@ -61,10 +61,21 @@ def time_plan(
     target_s: float = 0.02,
 ) -> float:
     """Seconds per launch of `plan` (outputs allocated from the pool, as eager calls do)."""
-    run = lambda: rt.enqueue(plan, inputs)
+    return calibrated_time(lambda: rt.enqueue(plan, inputs), rt.queue.finish, repeats, target_s)
+
+
+def calibrated_time(
+    fn: Callable[[], object],
+    sync: Callable[[], object],
+    repeats: int = 7,
+    target_s: float = 0.02,
+    max_inner: int = 1000,
+) -> float:
+    """:func:`median_time` with as many calls per repeat as make a repeat last about
+    `target_s`, judged from one timed call (at least 1, at most `max_inner`)."""
     t0 = time.perf_counter()
-    run()
-    rt.queue.finish()
+    fn()
+    sync()
     once = max(time.perf_counter() - t0, 1e-6)
-    inner = max(1, min(1000, int(target_s / once)))
-    return median_time(run, rt.queue.finish, repeats, inner)
+    inner = max(1, min(max_inner, int(target_s / once)))
+    return median_time(fn, sync, repeats, inner)

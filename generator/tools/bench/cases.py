@@ -1,0 +1,155 @@
+"""The bench cases: an op, a dtype, the sizes of its dims (full and `--quick`), attributes, the
+work of one call (bytes moved or flops) and its unit, and a short label."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from generator.core.dtypes import DTYPES
+
+Sizes = Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str
+    sizes: Sizes
+    quick: Sizes  # the sizes of `--quick`: tiny, so that a run takes seconds
+    work: Callable[[Sizes, int], float]  # bytes or flops of one call, given the element size
+    unit: str  # GB/s (memory-bound: bytes moved) or GFLOP/s
+    label: str  # a format string over the sizes, e.g. "matmul {M}"
+    dtype: str = "f32"
+    attrs: Mapping[str, float | int] = field(default_factory=dict)
+
+    def at(self, quick: bool) -> Case:
+        """This case with its quick sizes (the same case when not quick)."""
+        return dataclasses.replace(self, sizes=self.quick) if quick else self
+
+    @property
+    def title(self) -> str:
+        text = self.label.format(**self.sizes)
+        return text if self.dtype == "f32" else f"{text} {self.dtype}"
+
+    @property
+    def memory_bound(self) -> bool:
+        return self.unit == "GB/s"
+
+    def amount(self) -> float:
+        """The work of one call in the unit's numerator (GB or GFLOP)."""
+        return self.work(self.sizes, DTYPES[self.dtype].np_dtype.itemsize) / 1e9
+
+
+def _bytes(n_arrays: int) -> Callable[[Sizes, int], float]:
+    """Memory-bound ops: `n_arrays` full-size arrays read or written once."""
+    return lambda s, itemsize: n_arrays * float(itemsize) * math.prod(s.values())
+
+
+def _mnk(s: Sizes, _: int) -> float:
+    return 2.0 * s["M"] * s["N"] * s["K"]
+
+
+def _conv_flops(s: Sizes, _: int) -> float:
+    return 2.0 * s["N"] * s["K"] * s["OH"] * s["OW"] * s["CG"] * s["R"] * s["S"]
+
+
+def _attention_flops(s: Sizes, _: int) -> float:
+    return 2.0 * s["B"] * s["H"] * s["SQ"] * s["SK"] * (s["D"] + s["DV"])
+
+
+def _unary(op: str, n: int = 16 * 2**20, **attrs: int) -> Case:
+    return Case(op, {"N": n}, {"N": 4096}, _bytes(2), "GB/s", op + " {N}", attrs=attrs)
+
+
+def _binary(op: str, rows: int, cols: int) -> Case:
+    label = f"{op} " + ("{D3}" if rows == 1 else "{D2}x{D3}")
+    full = {"D0": 1, "D1": 1, "D2": rows, "D3": cols}
+    return Case(op, full, {"D0": 1, "D1": 1, "D2": 16, "D3": 256}, _bytes(3), "GB/s", label)
+
+
+def _reduce(op: str, b: int, r: int, i: int = 1, arrays: int = 1) -> Case:
+    """A reduction over the middle axis of [B, R, I] (the last axis when I == 1)."""
+    label = f"{op} " + ("{B}x{R}" if i == 1 else "{B}x{R}x{I} (middle axis)")
+    quick = {"B": 16, "R": 256, "I": 1 if i == 1 else 4}
+    return Case(op, {"B": b, "R": r, "I": i}, quick, _bytes(arrays), "GB/s", label)
+
+
+def _norm(op: str) -> Case:
+    return Case(op, {"B": 4096, "R": 1024}, {"B": 16, "R": 256}, _bytes(2), "GB/s", op + " {B}x{R}")
+
+
+def _matmul(n: int, dtype: str = "f32") -> Case:
+    sizes = {"BATCH": 1, "M": n, "N": n, "K": n, "BA": 1, "BB": 1}
+    quick = {**sizes, "M": 32, "N": 32, "K": 32}
+    return Case("matmul", sizes, quick, _mnk, "GFLOP/s", "matmul {M}", dtype)
+
+
+_CONV = {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3, "OH": 54, "OW": 54}
+_CONV_QUICK = {**_CONV, "C": 8, "H": 10, "W": 10, "K": 8, "CG": 8, "OH": 8, "OW": 8}
+_ATTENTION = {"B": 1, "H": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64}
+_ATTENTION_QUICK = {"B": 1, "H": 2, "SQ": 32, "SK": 32, "D": 16, "DV": 16}
+
+CASES: tuple[Case, ...] = (
+    _binary("add", 1, 16 * 2**20),
+    _binary("mul", 4096, 4096),
+    _binary("maximum", 1, 16 * 2**20),
+    _unary("relu"),
+    _unary("exp"),
+    _unary("sigmoid"),
+    _unary("tanh"),
+    _unary("gelu", 4 * 2**20),
+    _reduce("sum", 4096, 4096),
+    _reduce("sum", 64, 4096, 64),
+    _reduce("mean", 4096, 4096),
+    _reduce("max", 4096, 4096),
+    _reduce("argmax", 4096, 4096),
+    _reduce("softmax", 4096, 1024, arrays=2),
+    _reduce("softmax", 64, 1024, 64, arrays=2),
+    _reduce("log_softmax", 4096, 1024, arrays=2),
+    _norm("layer_norm"),
+    _norm("rms_norm"),
+    Case(
+        "permute",
+        {"D0": 1, "D1": 1, "D2": 4096, "D3": 4096},
+        {"D0": 1, "D1": 1, "D2": 64, "D3": 64},
+        _bytes(2),
+        "GB/s",
+        "transpose {D2}x{D3}",
+        attrs={"p0": 0, "p1": 1, "p2": 3, "p3": 2},
+    ),
+    *(_matmul(n) for n in (64, 128, 256, 512, 1000, 1024, 2048)),
+    _matmul(1024, "f64"),
+    Case(
+        "gemm",
+        {"M": 1024, "N": 1024, "K": 1024},
+        {"M": 32, "N": 32, "K": 32},
+        _mnk,
+        "GFLOP/s",
+        "gemm {M}",
+    ),
+    Case("conv2d", _CONV, _CONV_QUICK, _conv_flops, "GFLOP/s", "conv2d 3x3 {C}x{H}x{W}->{K}"),
+    Case(
+        "attention",
+        _ATTENTION,
+        _ATTENTION_QUICK,
+        _attention_flops,
+        "GFLOP/s",
+        "attention {H}h {SQ}x{SK} d{D}",
+    ),
+)
+
+
+def selected(quick: bool) -> list[Case]:
+    """The cases of a run: every case, or each distinct one at its quick sizes (the matmul
+    sweep collapses to one case per dtype)."""
+    out: list[Case] = []
+    seen: set[tuple[str, str, str]] = set()
+    for case in CASES:
+        c = case.at(quick)
+        key = (c.op, c.dtype, repr(sorted(c.sizes.items())))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out

@@ -1,0 +1,130 @@
+"""clforge's side of the bench, in the bench's own process: each case's chosen instance and its
+generic fallback on device arrays (no transfers), and the device's copy bandwidth."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyopencl as cl
+import pyopencl.array as cla
+
+from generator.call.binding import bind, resolve_attrs
+from generator.call.dispatcher import Dispatcher
+from generator.registry.loader import Registry
+from generator.tools.bench.cases import Case
+from generator.tools.bench.protocol import Request, Timing, host_inputs, request
+from generator.tools.bench.timing import calls_per_timing, seconds
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Seconds per call of a case's chosen instance and of its generic fallback (None, with a
+    note, where timing the generic would take too long)."""
+
+    instance: str
+    seconds: float
+    generic_seconds: float | None
+    generic_note: str | None = None
+
+
+def requests(reg: Registry, cases: Sequence[Case]) -> list[Request]:
+    """What each case is, for the peers' processes."""
+    out = []
+    for case in cases:
+        op = reg.op(case.op)
+        out.append(request(op, case.dtype, dict(case.sizes), resolve_attrs(op, case.attrs)))
+    return out
+
+
+@dataclass
+class GenericPace:
+    """The generic fallbacks' measured rates, to skip timing a generic that would take longer
+    than `budget_s` (the matmul sweep's generic at 2048 needs tens of seconds a call)."""
+
+    budget_s: float
+    rates: dict[tuple[str, str], float] = field(default_factory=dict)  # (op, dtype): slowest
+
+    def predicted_s(self, case: Case) -> float | None:
+        """Seconds per call of the case's generic at the slowest rate measured on its op (of
+        its dtype where one was measured), or None before any was."""
+        exact = [r for (op, dt), r in self.rates.items() if op == case.op and dt == case.dtype]
+        known = exact or [r for (op, _), r in self.rates.items() if op == case.op]
+        return case.amount() / min(known) if known else None
+
+    def too_slow(self, case: Case, timing: Timing) -> str | None:
+        """A note saying why the case's generic is not timed, or None to time it."""
+        per_call = self.predicted_s(case)
+        if per_call is None or per_call * calls_per_timing(timing) <= self.budget_s:
+            return None
+        return (
+            f"generic not timed: ~{per_call:.0f} s a call, {calls_per_timing(timing)} calls "
+            f"(predicted from the generic's rate on a smaller {case.op})"
+        )
+
+    def record(self, case: Case, seconds_per_call: float) -> None:
+        rate = case.amount() / seconds_per_call
+        key = (case.op, case.dtype)
+        self.rates[key] = min(rate, self.rates.get(key, rate))
+
+
+def time_case(
+    d: Dispatcher, case: Case, req: Request, timing: Timing, pace: GenericPace
+) -> Figures:
+    reg, rt, q = d.registry, d.runtime, d.runtime.queue
+    op = reg.op(case.op)
+    dev = {k: cla.to_device(q, v) for k, v in host_inputs(req).items()}
+    chosen = d.plan_for(op, dev, case.attrs)
+    t_chosen = seconds(functools.partial(rt.enqueue, chosen, dev), q.finish, timing)
+    if chosen.inst.variant == "generic":
+        return Figures(chosen.inst.name, t_chosen, t_chosen)
+    note = pace.too_slow(case, timing)
+    if note:
+        return Figures(chosen.inst.name, t_chosen, None, note)
+    generic = reg.instance(chosen.inst.name.replace(f"__{chosen.inst.variant}__", "__generic__"))
+    b = bind(op, dev, case.attrs)
+    plan = rt.plan(generic, b.dims, b.attrs, b.shapes)
+    t_generic = seconds(functools.partial(rt.enqueue, plan, dev), q.finish, timing)
+    pace.record(case, t_generic)
+    return Figures(chosen.inst.name, t_chosen, t_generic)
+
+
+# --- the copy bandwidth ---------------------------------------------------------------------
+
+COPY_KERNEL = """
+__kernel void copy(__global const float16 *restrict src, __global float16 *restrict dst,
+                   const uint chunk) {
+    const size_t base = get_global_id(0) * (size_t)chunk;
+    for (uint i = 0; i < chunk; ++i)
+        dst[base + i] = src[base + i];
+}
+"""
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    gbps: float  # bytes read plus bytes written, per second, / 1e9
+    total_bytes: int  # the size of the copy
+    chunk_bytes: int  # contiguous bytes per work-item (work-groups of 1)
+
+
+def copy_bandwidth(
+    queue: cl.CommandQueue, timing: Timing, total_bytes: int = 256 * 2**20, chunk: int = 2**18
+) -> Bandwidth:
+    """A reference for memory-bound ops: a copy of `total_bytes` by work-items that each copy
+    `chunk` contiguous bytes as float16 vectors, one work-item per work-group."""
+    ctx = queue.context
+    kernel = cl.Program(ctx, COPY_KERNEL).build().copy
+    flags = cl.mem_flags
+    src = cl.Buffer(ctx, flags.READ_ONLY, total_bytes)
+    dst = cl.Buffer(ctx, flags.WRITE_ONLY, total_bytes)
+    for buf in (src, dst):  # touch every page before timing
+        cl.enqueue_fill_buffer(queue, buf, np.ones(1, np.float32), 0, total_bytes)
+    vec = 16 * 4  # bytes of a float16
+    kernel.set_args(src, dst, np.uint32(chunk // vec))
+    items = total_bytes // chunk
+    run = lambda: cl.enqueue_nd_range_kernel(queue, kernel, (items,), (1,))
+    t = seconds(run, queue.finish, timing)
+    return Bandwidth(2 * total_bytes / t / 1e9, total_bytes, chunk)

@@ -1,0 +1,99 @@
+"""What the bench sends a peer's process and what comes back, as JSON.
+
+A request describes one case: the op, its dtype, the sizes of its dims, resolved attributes and
+each input's shape, dtype and value domain, so that a peer makes the same inputs as clforge
+(:func:`host_inputs`) without the registry or an OpenCL device. A peer answers each request
+with an outcome: the median seconds of one call, or a note that says why there is no figure
+(the peer has no such op, or it failed)."""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+import numpy as np
+
+from generator import references
+from generator.core.dtypes import DTYPES
+from generator.registry.records import OpSig
+
+
+class InputSpec(TypedDict):
+    shape: list[int]
+    dtype: str
+    domain: str
+
+
+class Request(TypedDict):
+    op: str
+    dtype: str
+    sizes: dict[str, int]
+    attrs: dict[str, float | int]
+    inputs: dict[str, InputSpec]
+
+
+class Outcome(TypedDict):
+    seconds: float | None
+    note: NotRequired[str]  # why there is no figure, or which implementation gave it
+
+
+class Timing(TypedDict):
+    repeats: int
+    target_s: float  # how long one repeat should last (calls per repeat are calibrated)
+
+
+class Answer(TypedDict):
+    """A peer process's whole reply: `available` False (with `reason`) when the peer is not
+    installed or does not work here."""
+
+    available: bool
+    reason: NotRequired[str]
+    version: NotRequired[str]
+    outcomes: NotRequired[list[Outcome]]
+
+
+def request(op: OpSig, dtype: str, sizes: dict[str, int], attrs: dict[str, float | int]) -> Request:
+    domains = references.REFERENCES[op.name].domains
+    return {
+        "op": op.name,
+        "dtype": dtype,
+        "sizes": dict(sizes),
+        "attrs": dict(attrs),
+        "inputs": {
+            t.name: {
+                "shape": [sizes[d] for d in t.shape],
+                "dtype": t.dtype or dtype,
+                "domain": domains.get(t.name, "normal"),
+            }
+            for t in op.inputs
+        },
+    }
+
+
+def host_inputs(req: Request, seed: int = 0) -> dict[str, np.ndarray]:
+    """The request's inputs as NumPy arrays, row-major, drawn as the tuner's and the tests'
+    inputs are (:func:`generator.tune.measure.device_inputs`)."""
+    rng = np.random.default_rng(seed)
+    return {
+        name: references.make_input(
+            rng, tuple(spec["shape"]), DTYPES[spec["dtype"]].np_dtype, spec["domain"]
+        )
+        for name, spec in req["inputs"].items()
+    }
+
+
+def skipped(note: str) -> Outcome:
+    return {"seconds": None, "note": note}
+
+
+def unavailable(exc: ImportError) -> Answer:
+    """The answer of a peer whose package cannot be imported: not installed, or installed
+    without the library it needs (pyclblast without libclblast)."""
+    if isinstance(exc, ModuleNotFoundError):
+        return {"available": False, "reason": "not installed"}
+    return {"available": False, "reason": f"cannot be loaded: {first_line(exc)}"}
+
+
+def first_line(exc: BaseException) -> str:
+    """The exception's type and the first line of its message, for a note in a table."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:160]}" if lines else type(exc).__name__

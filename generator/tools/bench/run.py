@@ -1,0 +1,117 @@
+"""`clforge bench [--quick] [--json] [--out DIR]`: every part of the bench in one run, the text
+printed (or the JSON with --json) and both written to DIR with the chart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from generator.call.dispatcher import dispatcher
+from generator.core.tree import DEFAULT
+from generator.tools.bench.cases import selected
+from generator.tools.bench.chart import write_chart
+from generator.tools.bench.clforge_side import GenericPace, copy_bandwidth, requests, time_case
+from generator.tools.bench.overhead import bench_first_call, bench_overhead
+from generator.tools.bench.peers import PEERS, run_peer
+from generator.tools.bench.protocol import Timing
+from generator.tools.bench.report import make_rows, text
+
+
+@dataclass(frozen=True)
+class Settings:
+    timing: Timing
+    overhead: tuple[int, int, int]  # rounds, repeats, calls per repeat
+    first_call_repeats: int
+    copy_bytes: int
+    generic_budget_s: float  # skip timing a generic predicted to take longer than this
+    peer_timeout_s: float
+
+
+FULL = Settings({"repeats": 5, "target_s": 0.05}, (3, 9, 2000), 3, 256 * 2**20, 20.0, 1800.0)
+QUICK = Settings({"repeats": 1, "target_s": 0.002}, (1, 1, 200), 1, 16 * 2**20, 20.0, 900.0)
+
+
+def progress(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def commit(root: Path) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def run_bench(as_json: bool = False, quick: bool = False, out_dir: Path | None = None) -> int:
+    s = QUICK if quick else FULL
+    out_dir = out_dir or DEFAULT.root / "bench-results"
+    d = dispatcher()
+    cases = selected(quick)
+    reqs = requests(d.registry, cases)
+    progress(f"copy bandwidth ({s.copy_bytes // 2**20} MiB)")
+    bw = copy_bandwidth(d.runtime.queue, s.timing, s.copy_bytes)
+    progress("per-call overhead")
+    over = bench_overhead(*s.overhead)
+    pace = GenericPace(s.generic_budget_s)
+    figures = []
+    for case, req in zip(cases, reqs, strict=True):
+        progress(f"clforge: {case.title}")
+        figures.append(time_case(d, case, req, s.timing, pace))
+    runs = []
+    for peer in PEERS:
+        progress(f"{peer.title}, in its own process")
+        runs.append(run_peer(peer, reqs, s.timing, s.peer_timeout_s))
+    progress("first call in fresh processes")
+    first = bench_first_call(s.first_call_repeats)
+    rows = make_rows(cases, figures, runs, bw)
+    report: dict[str, Any] = {
+        "commit": commit(DEFAULT.root),
+        "device": d.profile.name,
+        "platform": d.runtime.device.platform.version.strip(),
+        "quick": quick,
+        "timing": s.timing,
+        "peers": {
+            run.peer.key: {
+                "title": run.peer.title,
+                "available": run.available,
+                "version": run.version,
+                "reason": run.reason,
+                "status": run.status(),
+            }
+            for run in runs
+        },
+        "bandwidth": {
+            "gbps": bw.gbps,
+            "total_bytes": bw.total_bytes,
+            "chunk_bytes": bw.chunk_bytes,
+        },
+        "overhead": over,
+        "throughput": rows,
+        "first_call": first,
+    }
+    body = text(report, rows, runs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "bench.txt").write_text(body, encoding="utf-8")
+    peers = [(run.peer.key, run.peer.title) for run in runs]
+    title = f"clforge bench, commit {report['commit']}" + (" (--quick)" if quick else "")
+    why_not = write_chart(out_dir / "bench.png", rows, peers, f"{title}\n{report['device']}")
+    chart = "bench.png" if why_not is None else f"no chart: {why_not}"
+    report_line = f"wrote {DEFAULT.rel(out_dir)}/: bench.txt, bench.json, {chart}"
+    if as_json:
+        print(json.dumps(report, indent=2))
+        print(report_line, file=sys.stderr)
+    else:
+        print(body + "\n" + report_line)
+    return 0
