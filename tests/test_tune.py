@@ -130,6 +130,15 @@ def test_every_level_of_the_fallback_chain() -> None:
     assert origin(files) == (1024, "tuned on the same architecture")
     assert origin(files[:2]) == (16384, "tuned on another device of this vendor and type")
     assert origin(files[:1]) == (4096, "spec default; nothing tuned applies")
+    # a variant with device_params: computed from the device where nothing tuned applies
+    packed = REG.instance("matmul__cpu_packed__f32__a_row__b_row")
+    avx2 = dataclasses.replace(CPU, preferred_vector_widths=(("float", 8), ("double", 4)))
+    c = ParamLookup(avx2, ()).choose(packed, {"M": 99})
+    assert (dict(c.params)["VW"], dict(c.params)["NR"]) == (8, 32)
+    assert c.origin.startswith("computed from the device's properties")
+    odd = dataclasses.replace(CPU, preferred_vector_widths=(("float", 3),))
+    c = ParamLookup(odd, ()).choose(packed, {"M": 99})
+    assert c.params == ParamSpace(packed).defaults and "but constraint" in c.origin
     # shape: the exact bucket, else the catch-all
     catch_all = TuningFile(Fingerprint.of(CPU)).with_entries([_entry(inst.name, CATCH_ALL, 1024)])
     assert ParamLookup(CPU, (catch_all,)).choose(inst, {"N": 7}).params == (("CHUNK", 1024),)

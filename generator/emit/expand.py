@@ -143,6 +143,7 @@ def expand(loaded: LoadedSpec) -> list[Instance]:
                         source=f"kernels/{spec.op}/{name}.cl",
                         template=v.template,
                         tunables=tuple(sorted(v.tunables.items())),
+                        device_params=tuple(sorted(v.device_params.items())),
                         constraints=v.constraints,
                         build_options=" ".join(v.build_options),
                     )

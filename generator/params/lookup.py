@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 
+from generator.core import expressions
 from generator.device.profile import DeviceProfile
 from generator.errors import CallError
 from generator.params.database import CATCH_ALL, Entry, TuningFile, bucket_of, schema_hash
@@ -107,4 +109,44 @@ class ParamLookup:
                 if space.problem(e.params, self.profile) is None:
                     origin = LEVEL_NAMES[lvl] + (" (exact shape)" if e.shape == shape else "")
                     return Choice(e.params, origin, e, f.path.name if f.path else f.device.slug)
-        return Choice(space.defaults, "spec default; nothing tuned applies")
+        return self._computed(inst, space) or Choice(
+            space.defaults, "spec default; nothing tuned applies"
+        )
+
+    def _computed(self, inst: Instance, space: ParamSpace) -> Choice | None:
+        """The variant's device_params, evaluated on this device's properties, when they give
+        a valid point of the space."""
+        if not inst.device_params:
+            return None
+        env = device_properties(self.profile)
+        try:
+            values = {p: _int_expr(text).evaluate(env) for p, text in inst.device_params}
+        except (ZeroDivisionError, ValueError, ArithmeticError):
+            return None
+        params = space.complete(values)
+        problem = space.problem(params, self.profile)
+        if problem:
+            return Choice(
+                space.defaults,
+                f"spec default (computed from the device: {params_text(params)}, but {problem})",
+            )
+        return Choice(params, "computed from the device's properties; nothing tuned applies")
+
+
+def device_properties(profile: DeviceProfile) -> dict[str, int]:
+    """What device_params expressions may read (spec.model.DEVICE_PROPERTIES)."""
+    widths = dict(profile.preferred_vector_widths)
+    return {
+        "vector_width_float": widths.get("float", 1),
+        "vector_width_double": widths.get("double", 1),
+        "vector_width_half": widths.get("half", 0),
+        "vector_width_int": widths.get("int", 1),
+        "compute_units": profile.compute_units,
+        "max_work_group_size": profile.max_work_group_size,
+        "local_mem_bytes": profile.local_mem_bytes,
+    }
+
+
+@cache
+def _int_expr(text: str) -> expressions.Expr:
+    return expressions.parse(text, "int")

@@ -125,6 +125,8 @@ class Instance:
     template: str  # the template it was rendered from, relative to templates/
     sha256: str = ""
     tunables: tuple[tuple[str, tuple[int, ...]], ...] = field(default=())
+    # params computed from device properties where nothing tuned applies: (param, expression)
+    device_params: tuple[tuple[str, str], ...] = ()
     constraints: tuple[str, ...] = ()  # param-only conditions every tuned choice must meet
     build_options: str = ""  # passed to clBuildProgram
     # a routine: its kernels in order (all in `source`) and the scratch buffers between them

@@ -127,6 +127,18 @@ class LaunchSpec(_Model):
     )
 
 
+# what a variant's device_params may read of the device (see generator.params.lookup)
+DEVICE_PROPERTIES = (
+    "vector_width_float",
+    "vector_width_double",
+    "vector_width_half",
+    "vector_width_int",
+    "compute_units",
+    "max_work_group_size",
+    "local_mem_bytes",
+)
+
+
 class StepSpec(_Model):
     """One kernel of a routine, in launch order."""
 
@@ -184,6 +196,11 @@ class VariantSpec(_Model):
     )
     tunables: dict[StrictStr, tuple[StrictInt, ...]] = Field(
         default_factory=dict, description="values the tuner may try for each param"
+    )
+    device_params: dict[StrictStr, StrictStr] = Field(
+        default_factory=dict,
+        description="params computed from the device where nothing tuned applies: integer "
+        "expressions over " + ", ".join(DEVICE_PROPERTIES),
     )
     constraints: tuple[StrictStr, ...] = Field(
         (),

@@ -14,7 +14,7 @@ from generator.core.identifiers import identifier_problem
 from generator.core.targets import parse_target
 from generator.core.tree import Tree
 from generator.errors import GuardError
-from generator.spec.model import OpSpec, VariantSpec
+from generator.spec.model import DEVICE_PROPERTIES, OpSpec, VariantSpec
 
 # build options a spec may give: they reach clBuildProgram, so only known, harmless ones
 BUILD_OPTION = re.compile(
@@ -101,6 +101,22 @@ def check_variant(
         for j, e in enumerate(getattr(v.launch, part, None) or ()):
             check_expr(col, (*key, "launch", part, j), str(e), "int", scope)
     _check_constraints(col, v, key)
+    for p, text in v.device_params.items():
+        if p not in v.params:
+            col.add(
+                (*key, "device_params", p),
+                "tunable",
+                f"variant {v.name}: device_params sets {p!r}, which is not in params",
+                at_key=True,
+            )
+        check_expr(
+            col,
+            (*key, "device_params", p),
+            text,
+            "int",
+            set(DEVICE_PROPERTIES),
+            "not a device property",
+        )
     for j, option in enumerate(v.build_options):
         if not BUILD_OPTION.fullmatch(option):
             col.add(

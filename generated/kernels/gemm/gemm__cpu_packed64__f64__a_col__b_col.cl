@@ -7,7 +7,7 @@ typedef double8 ACC8_;
 
 /* a vector of VW elements at an address aligned only to its element (rows of c) */
 typedef double VU_ __attribute__((ext_vector_type(8), aligned(sizeof(double))));
-#define NP_ ((N + 23) / 24)
+#define NP_ ((N + 31) / 32)
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void gemm__cpu_packed64__f64__a_col__b_col__pack_b(
@@ -23,17 +23,17 @@ __kernel void gemm__cpu_packed64__f64__a_col__b_col__pack_b(
     const int p_ = get_global_id(0);
     const int k0_ = get_global_id(1) * 256;
     const int kend_ = min(k0_ + 256, K);
-    const int j0_ = p_ * 24;
+    const int j0_ = p_ * 32;
     const size_t zb_ = 0;
     __global const T_* b_ = b + zb_ * (size_t)K * N;
-    __global T_* out_ = bp + (zb_ * NP_ + p_) * (size_t)K * 24;
-    const int nr_ = min(24, N - j0_);
-    for (int j_ = 0; j_ < 24; ++j_) {
+    __global T_* out_ = bp + (zb_ * NP_ + p_) * (size_t)K * 32;
+    const int nr_ = min(32, N - j0_);
+    for (int j_ = 0; j_ < 32; ++j_) {
         if (j_ < nr_) {
             __global const T_* col_ = b_ + (size_t)(j0_ + j_) * K;
-            for (int k_ = k0_; k_ < kend_; ++k_) out_[(size_t)k_ * 24 + j_] = col_[k_];
+            for (int k_ = k0_; k_ < kend_; ++k_) out_[(size_t)k_ * 32 + j_] = col_[k_];
         } else {
-            for (int k_ = k0_; k_ < kend_; ++k_) out_[(size_t)k_ * 24 + j_] = 0;
+            for (int k_ = k0_; k_ < kend_; ++k_) out_[(size_t)k_ * 32 + j_] = 0;
         }
     }
 }
@@ -53,155 +53,140 @@ __kernel void gemm__cpu_packed64__f64__a_col__b_col__compute(
     const double beta
 )
 {
-    const int i0_ = get_global_id(0) * 8;
+    const int i0_ = get_global_id(0) * 6;
     const int p_ = get_global_id(1);
-    const int j0_ = p_ * 24;
+    const int j0_ = p_ * 32;
     const size_t ao_ = 0, bo_ = 0, co_ = 0;
 
     const size_t zb_ = 0;
     __global const T_* a_ = a + ao_;
-    __global const T_* bp_ = bp + (zb_ * NP_ + p_) * (size_t)K * 24;
+    __global const T_* bp_ = bp + (zb_ * NP_ + p_) * (size_t)K * 32;
     const int r0_ = min(i0_ + 0, M - 1);
     const int r1_ = min(i0_ + 1, M - 1);
     const int r2_ = min(i0_ + 2, M - 1);
     const int r3_ = min(i0_ + 3, M - 1);
     const int r4_ = min(i0_ + 4, M - 1);
     const int r5_ = min(i0_ + 5, M - 1);
-    const int r6_ = min(i0_ + 6, M - 1);
-    const int r7_ = min(i0_ + 7, M - 1);
     double8 c0_0_ = 0;
     double8 c0_1_ = 0;
     double8 c0_2_ = 0;
+    double8 c0_3_ = 0;
     double8 c1_0_ = 0;
     double8 c1_1_ = 0;
     double8 c1_2_ = 0;
+    double8 c1_3_ = 0;
     double8 c2_0_ = 0;
     double8 c2_1_ = 0;
     double8 c2_2_ = 0;
+    double8 c2_3_ = 0;
     double8 c3_0_ = 0;
     double8 c3_1_ = 0;
     double8 c3_2_ = 0;
+    double8 c3_3_ = 0;
     double8 c4_0_ = 0;
     double8 c4_1_ = 0;
     double8 c4_2_ = 0;
+    double8 c4_3_ = 0;
     double8 c5_0_ = 0;
     double8 c5_1_ = 0;
     double8 c5_2_ = 0;
-    double8 c6_0_ = 0;
-    double8 c6_1_ = 0;
-    double8 c6_2_ = 0;
-    double8 c7_0_ = 0;
-    double8 c7_1_ = 0;
-    double8 c7_2_ = 0;
+    double8 c5_3_ = 0;
     for (int k_ = 0; k_ < K; ++k_) {
-        const double8 b0_ = *(__global const double8*)(bp_ + (size_t)k_ * 24 + 0);
-        const double8 b1_ = *(__global const double8*)(bp_ + (size_t)k_ * 24 + 8);
-        const double8 b2_ = *(__global const double8*)(bp_ + (size_t)k_ * 24 + 16);
+        const double8 b0_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 0);
+        const double8 b1_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 8);
+        const double8 b2_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 16);
+        const double8 b3_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 24);
         const ACC_ a0_ = a_[((k_) * M + (r0_))];
         c0_0_ += a0_ * b0_;
         c0_1_ += a0_ * b1_;
         c0_2_ += a0_ * b2_;
+        c0_3_ += a0_ * b3_;
         const ACC_ a1_ = a_[((k_) * M + (r1_))];
         c1_0_ += a1_ * b0_;
         c1_1_ += a1_ * b1_;
         c1_2_ += a1_ * b2_;
+        c1_3_ += a1_ * b3_;
         const ACC_ a2_ = a_[((k_) * M + (r2_))];
         c2_0_ += a2_ * b0_;
         c2_1_ += a2_ * b1_;
         c2_2_ += a2_ * b2_;
+        c2_3_ += a2_ * b3_;
         const ACC_ a3_ = a_[((k_) * M + (r3_))];
         c3_0_ += a3_ * b0_;
         c3_1_ += a3_ * b1_;
         c3_2_ += a3_ * b2_;
+        c3_3_ += a3_ * b3_;
         const ACC_ a4_ = a_[((k_) * M + (r4_))];
         c4_0_ += a4_ * b0_;
         c4_1_ += a4_ * b1_;
         c4_2_ += a4_ * b2_;
+        c4_3_ += a4_ * b3_;
         const ACC_ a5_ = a_[((k_) * M + (r5_))];
         c5_0_ += a5_ * b0_;
         c5_1_ += a5_ * b1_;
         c5_2_ += a5_ * b2_;
-        const ACC_ a6_ = a_[((k_) * M + (r6_))];
-        c6_0_ += a6_ * b0_;
-        c6_1_ += a6_ * b1_;
-        c6_2_ += a6_ * b2_;
-        const ACC_ a7_ = a_[((k_) * M + (r7_))];
-        c7_0_ += a7_ * b0_;
-        c7_1_ += a7_ * b1_;
-        c7_2_ += a7_ * b2_;
+        c5_3_ += a5_ * b3_;
     }
     /* the last panel, and gemm (alpha, beta, bias): element by element */
-    const int nr_ = min(24, N - j0_);
+    const int nr_ = min(32, N - j0_);
     if (i0_ + 0 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c0_0_;
         *(VU_*)(row_ + 8) = c0_1_;
         *(VU_*)(row_ + 16) = c0_2_;
+        *(VU_*)(row_ + 24) = c0_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 0) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
         }
     }
     if (i0_ + 1 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c1_0_;
         *(VU_*)(row_ + 8) = c1_1_;
         *(VU_*)(row_ + 16) = c1_2_;
+        *(VU_*)(row_ + 24) = c1_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 1) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
         }
     }
     if (i0_ + 2 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c2_0_;
         *(VU_*)(row_ + 8) = c2_1_;
         *(VU_*)(row_ + 16) = c2_2_;
+        *(VU_*)(row_ + 24) = c2_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 2) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
         }
     }
     if (i0_ + 3 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c3_0_;
         *(VU_*)(row_ + 8) = c3_1_;
         *(VU_*)(row_ + 16) = c3_2_;
+        *(VU_*)(row_ + 24) = c3_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 3) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
         }
     }
     if (i0_ + 4 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c4_0_;
         *(VU_*)(row_ + 8) = c4_1_;
         *(VU_*)(row_ + 16) = c4_2_;
+        *(VU_*)(row_ + 24) = c4_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 4) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
         }
     }
     if (i0_ + 5 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c5_0_;
         *(VU_*)(row_ + 8) = c5_1_;
         *(VU_*)(row_ + 16) = c5_2_;
+        *(VU_*)(row_ + 24) = c5_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 5) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
-        }
-    }
-    if (i0_ + 6 < M) {
-        double row_[24];
-        *(VU_*)(row_ + 0) = c6_0_;
-        *(VU_*)(row_ + 8) = c6_1_;
-        *(VU_*)(row_ + 16) = c6_2_;
-        for (int j_ = 0; j_ < nr_; ++j_) {
-            c[co_ + ((i0_ + 6) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 6) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
-        }
-    }
-    if (i0_ + 7 < M) {
-        double row_[24];
-        *(VU_*)(row_ + 0) = c7_0_;
-        *(VU_*)(row_ + 8) = c7_1_;
-        *(VU_*)(row_ + 16) = c7_2_;
-        for (int j_ = 0; j_ < nr_; ++j_) {
-            c[co_ + ((i0_ + 7) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 7) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
         }
     }
 }

@@ -7,7 +7,7 @@ typedef double8 ACC8_;
 
 /* a vector of VW elements at an address aligned only to its element (rows of c) */
 typedef double VU_ __attribute__((ext_vector_type(8), aligned(sizeof(double))));
-#define NP_ ((N + 23) / 24)
+#define NP_ ((N + 31) / 32)
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void matmul__cpu_packed64__f64__a_row__b_row__pack_b(
@@ -24,18 +24,18 @@ __kernel void matmul__cpu_packed64__f64__a_row__b_row__pack_b(
     const int p_ = get_global_id(0);
     const int k0_ = get_global_id(1) * 256;
     const int kend_ = min(k0_ + 256, K);
-    const int j0_ = p_ * 24;
+    const int j0_ = p_ * 32;
     const size_t zb_ = get_global_id(2);
     __global const T_* b_ = b + zb_ * (size_t)K * N;
-    __global T_* out_ = bp + (zb_ * NP_ + p_) * (size_t)K * 24;
-    const int nr_ = min(24, N - j0_);
+    __global T_* out_ = bp + (zb_ * NP_ + p_) * (size_t)K * 32;
+    const int nr_ = min(32, N - j0_);
     for (int k_ = k0_; k_ < kend_; ++k_) {
         __global const T_* row_ = b_ + (size_t)k_ * N + j0_;
-        __global T_* dst_ = out_ + (size_t)k_ * 24;
-        if (nr_ == 24) {
-            for (int j_ = 0; j_ < 24; ++j_) dst_[j_] = row_[j_];
+        __global T_* dst_ = out_ + (size_t)k_ * 32;
+        if (nr_ == 32) {
+            for (int j_ = 0; j_ < 32; ++j_) dst_[j_] = row_[j_];
         } else {
-            for (int j_ = 0; j_ < 24; ++j_) dst_[j_] = j_ < nr_ ? row_[j_] : 0;
+            for (int j_ = 0; j_ < 32; ++j_) dst_[j_] = j_ < nr_ ? row_[j_] : 0;
         }
     }
 }
@@ -53,9 +53,9 @@ __kernel void matmul__cpu_packed64__f64__a_row__b_row__compute(
     const int BB
 )
 {
-    const int i0_ = get_global_id(0) * 8;
+    const int i0_ = get_global_id(0) * 6;
     const int p_ = get_global_id(1);
-    const int j0_ = p_ * 24;
+    const int j0_ = p_ * 32;
     const size_t z_ = get_global_id(2);
     const size_t ao_ = (BA == 1 ? 0 : z_) * M * K;
     const size_t bo_ = (BB == 1 ? 0 : z_) * K * N;
@@ -63,192 +63,173 @@ __kernel void matmul__cpu_packed64__f64__a_row__b_row__compute(
 
     const size_t zb_ = BB == 1 ? 0 : get_global_id(2);
     __global const T_* a_ = a + ao_;
-    __global const T_* bp_ = bp + (zb_ * NP_ + p_) * (size_t)K * 24;
+    __global const T_* bp_ = bp + (zb_ * NP_ + p_) * (size_t)K * 32;
     const int r0_ = min(i0_ + 0, M - 1);
     const int r1_ = min(i0_ + 1, M - 1);
     const int r2_ = min(i0_ + 2, M - 1);
     const int r3_ = min(i0_ + 3, M - 1);
     const int r4_ = min(i0_ + 4, M - 1);
     const int r5_ = min(i0_ + 5, M - 1);
-    const int r6_ = min(i0_ + 6, M - 1);
-    const int r7_ = min(i0_ + 7, M - 1);
     double8 c0_0_ = 0;
     double8 c0_1_ = 0;
     double8 c0_2_ = 0;
+    double8 c0_3_ = 0;
     double8 c1_0_ = 0;
     double8 c1_1_ = 0;
     double8 c1_2_ = 0;
+    double8 c1_3_ = 0;
     double8 c2_0_ = 0;
     double8 c2_1_ = 0;
     double8 c2_2_ = 0;
+    double8 c2_3_ = 0;
     double8 c3_0_ = 0;
     double8 c3_1_ = 0;
     double8 c3_2_ = 0;
+    double8 c3_3_ = 0;
     double8 c4_0_ = 0;
     double8 c4_1_ = 0;
     double8 c4_2_ = 0;
+    double8 c4_3_ = 0;
     double8 c5_0_ = 0;
     double8 c5_1_ = 0;
     double8 c5_2_ = 0;
-    double8 c6_0_ = 0;
-    double8 c6_1_ = 0;
-    double8 c6_2_ = 0;
-    double8 c7_0_ = 0;
-    double8 c7_1_ = 0;
-    double8 c7_2_ = 0;
+    double8 c5_3_ = 0;
     for (int k_ = 0; k_ < K; ++k_) {
-        const double8 b0_ = *(__global const double8*)(bp_ + (size_t)k_ * 24 + 0);
-        const double8 b1_ = *(__global const double8*)(bp_ + (size_t)k_ * 24 + 8);
-        const double8 b2_ = *(__global const double8*)(bp_ + (size_t)k_ * 24 + 16);
+        const double8 b0_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 0);
+        const double8 b1_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 8);
+        const double8 b2_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 16);
+        const double8 b3_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 24);
         const ACC_ a0_ = a_[((r0_) * K + (k_))];
         c0_0_ += a0_ * b0_;
         c0_1_ += a0_ * b1_;
         c0_2_ += a0_ * b2_;
+        c0_3_ += a0_ * b3_;
         const ACC_ a1_ = a_[((r1_) * K + (k_))];
         c1_0_ += a1_ * b0_;
         c1_1_ += a1_ * b1_;
         c1_2_ += a1_ * b2_;
+        c1_3_ += a1_ * b3_;
         const ACC_ a2_ = a_[((r2_) * K + (k_))];
         c2_0_ += a2_ * b0_;
         c2_1_ += a2_ * b1_;
         c2_2_ += a2_ * b2_;
+        c2_3_ += a2_ * b3_;
         const ACC_ a3_ = a_[((r3_) * K + (k_))];
         c3_0_ += a3_ * b0_;
         c3_1_ += a3_ * b1_;
         c3_2_ += a3_ * b2_;
+        c3_3_ += a3_ * b3_;
         const ACC_ a4_ = a_[((r4_) * K + (k_))];
         c4_0_ += a4_ * b0_;
         c4_1_ += a4_ * b1_;
         c4_2_ += a4_ * b2_;
+        c4_3_ += a4_ * b3_;
         const ACC_ a5_ = a_[((r5_) * K + (k_))];
         c5_0_ += a5_ * b0_;
         c5_1_ += a5_ * b1_;
         c5_2_ += a5_ * b2_;
-        const ACC_ a6_ = a_[((r6_) * K + (k_))];
-        c6_0_ += a6_ * b0_;
-        c6_1_ += a6_ * b1_;
-        c6_2_ += a6_ * b2_;
-        const ACC_ a7_ = a_[((r7_) * K + (k_))];
-        c7_0_ += a7_ * b0_;
-        c7_1_ += a7_ * b1_;
-        c7_2_ += a7_ * b2_;
+        c5_3_ += a5_ * b3_;
     }
-    if (j0_ + 24 <= N) {  /* a whole panel of matmul: vector stores */
+    if (j0_ + 32 <= N) {  /* a whole panel of matmul: vector stores */
         __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
         if (i0_ + 0 < M) {
             *(__global VU_*)(c_ + (size_t)0 * N + 0) = c0_0_;
             *(__global VU_*)(c_ + (size_t)0 * N + 8) = c0_1_;
             *(__global VU_*)(c_ + (size_t)0 * N + 16) = c0_2_;
+            *(__global VU_*)(c_ + (size_t)0 * N + 24) = c0_3_;
         }
         if (i0_ + 1 < M) {
             *(__global VU_*)(c_ + (size_t)1 * N + 0) = c1_0_;
             *(__global VU_*)(c_ + (size_t)1 * N + 8) = c1_1_;
             *(__global VU_*)(c_ + (size_t)1 * N + 16) = c1_2_;
+            *(__global VU_*)(c_ + (size_t)1 * N + 24) = c1_3_;
         }
         if (i0_ + 2 < M) {
             *(__global VU_*)(c_ + (size_t)2 * N + 0) = c2_0_;
             *(__global VU_*)(c_ + (size_t)2 * N + 8) = c2_1_;
             *(__global VU_*)(c_ + (size_t)2 * N + 16) = c2_2_;
+            *(__global VU_*)(c_ + (size_t)2 * N + 24) = c2_3_;
         }
         if (i0_ + 3 < M) {
             *(__global VU_*)(c_ + (size_t)3 * N + 0) = c3_0_;
             *(__global VU_*)(c_ + (size_t)3 * N + 8) = c3_1_;
             *(__global VU_*)(c_ + (size_t)3 * N + 16) = c3_2_;
+            *(__global VU_*)(c_ + (size_t)3 * N + 24) = c3_3_;
         }
         if (i0_ + 4 < M) {
             *(__global VU_*)(c_ + (size_t)4 * N + 0) = c4_0_;
             *(__global VU_*)(c_ + (size_t)4 * N + 8) = c4_1_;
             *(__global VU_*)(c_ + (size_t)4 * N + 16) = c4_2_;
+            *(__global VU_*)(c_ + (size_t)4 * N + 24) = c4_3_;
         }
         if (i0_ + 5 < M) {
             *(__global VU_*)(c_ + (size_t)5 * N + 0) = c5_0_;
             *(__global VU_*)(c_ + (size_t)5 * N + 8) = c5_1_;
             *(__global VU_*)(c_ + (size_t)5 * N + 16) = c5_2_;
-        }
-        if (i0_ + 6 < M) {
-            *(__global VU_*)(c_ + (size_t)6 * N + 0) = c6_0_;
-            *(__global VU_*)(c_ + (size_t)6 * N + 8) = c6_1_;
-            *(__global VU_*)(c_ + (size_t)6 * N + 16) = c6_2_;
-        }
-        if (i0_ + 7 < M) {
-            *(__global VU_*)(c_ + (size_t)7 * N + 0) = c7_0_;
-            *(__global VU_*)(c_ + (size_t)7 * N + 8) = c7_1_;
-            *(__global VU_*)(c_ + (size_t)7 * N + 16) = c7_2_;
+            *(__global VU_*)(c_ + (size_t)5 * N + 24) = c5_3_;
         }
         return;
     }
     /* the last panel, and gemm (alpha, beta, bias): element by element */
-    const int nr_ = min(24, N - j0_);
+    const int nr_ = min(32, N - j0_);
     if (i0_ + 0 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c0_0_;
         *(VU_*)(row_ + 8) = c0_1_;
         *(VU_*)(row_ + 16) = c0_2_;
+        *(VU_*)(row_ + 24) = c0_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 0) * N + (j0_ + j_))] = (double)(row_[j_]);
         }
     }
     if (i0_ + 1 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c1_0_;
         *(VU_*)(row_ + 8) = c1_1_;
         *(VU_*)(row_ + 16) = c1_2_;
+        *(VU_*)(row_ + 24) = c1_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 1) * N + (j0_ + j_))] = (double)(row_[j_]);
         }
     }
     if (i0_ + 2 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c2_0_;
         *(VU_*)(row_ + 8) = c2_1_;
         *(VU_*)(row_ + 16) = c2_2_;
+        *(VU_*)(row_ + 24) = c2_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 2) * N + (j0_ + j_))] = (double)(row_[j_]);
         }
     }
     if (i0_ + 3 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c3_0_;
         *(VU_*)(row_ + 8) = c3_1_;
         *(VU_*)(row_ + 16) = c3_2_;
+        *(VU_*)(row_ + 24) = c3_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 3) * N + (j0_ + j_))] = (double)(row_[j_]);
         }
     }
     if (i0_ + 4 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c4_0_;
         *(VU_*)(row_ + 8) = c4_1_;
         *(VU_*)(row_ + 16) = c4_2_;
+        *(VU_*)(row_ + 24) = c4_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 4) * N + (j0_ + j_))] = (double)(row_[j_]);
         }
     }
     if (i0_ + 5 < M) {
-        double row_[24];
+        double row_[32];
         *(VU_*)(row_ + 0) = c5_0_;
         *(VU_*)(row_ + 8) = c5_1_;
         *(VU_*)(row_ + 16) = c5_2_;
+        *(VU_*)(row_ + 24) = c5_3_;
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 5) * N + (j0_ + j_))] = (double)(row_[j_]);
-        }
-    }
-    if (i0_ + 6 < M) {
-        double row_[24];
-        *(VU_*)(row_ + 0) = c6_0_;
-        *(VU_*)(row_ + 8) = c6_1_;
-        *(VU_*)(row_ + 16) = c6_2_;
-        for (int j_ = 0; j_ < nr_; ++j_) {
-            c[co_ + ((i0_ + 6) * N + (j0_ + j_))] = (double)(row_[j_]);
-        }
-    }
-    if (i0_ + 7 < M) {
-        double row_[24];
-        *(VU_*)(row_ + 0) = c7_0_;
-        *(VU_*)(row_ + 8) = c7_1_;
-        *(VU_*)(row_ + 16) = c7_2_;
-        for (int j_ = 0; j_ < nr_; ++j_) {
-            c[co_ + ((i0_ + 7) * N + (j0_ + j_))] = (double)(row_[j_]);
         }
     }
 }
