@@ -14447,7 +14447,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='f9ed15806bccea971b0ebdd204c9e46cfaa805259b8dda91e969c3aebd3aca11',
+        sha256='1e35fbbc2ad4eef55d9556709b0a5bde446d99a71582d5223347c58c0701ea61',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
         constraints=(
@@ -14745,7 +14745,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='05683c4a56f9582fe4cdf467c55feeaaae8c400e9f0f29cb681f2f1421129bc4',
+        sha256='f484300d4030ed282709f5a0fdf09c6ec1b04007eec57bba2eb8983482b3f674',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
         constraints=(
@@ -15043,7 +15043,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='4a291be0ca4309cfb0991737f7c332ce5b709413df473598e006cf256d150bfd',
+        sha256='f0fe07773913e1adaf052712ed55aeec5e0311a752458d236fb9497c7787c1ed',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
         constraints=(
@@ -15341,7 +15341,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='d1bf41151b3432f5e9e7acf93bf914edfc0e4d11cd43b4e1c4b5c181e359ea42',
+        sha256='cf80a46276ff5180bc20de61fd3beb2f6e1abbfd865ec342b552d1678390050f',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
         constraints=(
@@ -15639,7 +15639,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='0e7857d3325a2a50494731c63387558a60240dd7bfd19ec2dd61a0567609875e',
+        sha256='cad616f6f4abc56bb5db8b7a45996e88191ce604ec616302d83d774fcb9f07f2',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -15942,7 +15942,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='738eea001ea3f801185ef13241aadab649c8e12c4098cdfcfe25f28c93a769a3',
+        sha256='009931b36e8ea472c8862bb6e9cbb15649c0a346e43ed7d53ee0260a591be4f1',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -16245,7 +16245,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='fe53bf84b0a293162d80ae6b4b3cee72dbf559be788a6e243766a660d69291f0',
+        sha256='fc10cbf997da046b23c3344a13aa9633ab02b4ac616c4797d8285aa4afb92179',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -16548,7 +16548,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='9b1142f79fd7a9add41999048fec56db744e44f1a250169414e524968758708a',
+        sha256='519f2b091ccfd59d37202106b7bdffb930ac65d19d060746537381e1e0990c77',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -23213,7 +23213,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='b77a7324470c88dcc680864fb0c6f522a50e17e5ea3f6e735439ec206eed941a',
+        sha256='effbf33e2b556bf4bcf63f33ab860ae0512cbe6669d5f59b55f52b49d0f7b683',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
         constraints=(
@@ -23487,7 +23487,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='137a435c1fe86945931a56595c852416efa6fdbf46cd70aaa1f7a463727f8818',
+        sha256='0a771416a50a2de19aff1066fe4f9ee9140d41362e787b93cc54d1d8e2dfd9dd',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
         constraints=(
@@ -23761,7 +23761,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='019850ebca2567d3d86acd177e4607bd93568c8d7acf0b770d04ff295e7234ab',
+        sha256='99a0620ebf5e05711ff0707fa18b5b1efaeca403fbbbb1ad39410b688b65ec50',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
         constraints=(
@@ -24035,7 +24035,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='e2147508bd39b027cc82b942d963e41cb051cf96d6a97cff6bbdb25e2129f8af',
+        sha256='fcd7b7ed05d1c81a43982a33b805b09bfa49fe30afb30f1dcbee09f212f02fec',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
         constraints=(
@@ -24309,7 +24309,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='fd0a86e503507b5e1f74de6c5c442aecf7a7334d8c3df7a755ec3b2e05c0e621',
+        sha256='3e0d4d8bb643f036f61439582e78fb8ece020740c3f26bef8225c943c20f846c',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -24588,7 +24588,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='4844216846f8e9a702ba93a6ab0ef1736873efb75103e7cb61cbd9f4d7db380f',
+        sha256='63db7c359b7effffbbf46f4ff5d55c083876f31540c0284139314cb59e0e2cf1',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -24867,7 +24867,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='e91bc4a1470bda4d942f41f6ddc97d5dd713374ea1ee04e590b5949306c52838',
+        sha256='eb1170294bc12c93eb6a7ef7e00a11123f7304366b3fe35385c21af630481569',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -25146,7 +25146,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='20a36762f52ed8e74986911cf08091328865117ce8e3a411414f999d6261e492',
+        sha256='2db73db8fab490f580ad6d7fbb3ed42f6d154a695f551101b7e2953d3f8d5ede',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),

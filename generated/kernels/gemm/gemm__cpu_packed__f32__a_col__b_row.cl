@@ -127,7 +127,48 @@ __kernel void gemm__cpu_packed__f32__a_col__b_row__compute(
         c5_2_ += a5_ * b2_;
         c5_3_ += a5_ * b3_;
     }
-    /* the last panel, and gemm (alpha, beta, bias): element by element */
+    /* a whole panel (of gemm: without a bias term): vector stores */
+    if (j0_ + 64 <= N && beta == 0) {
+        __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
+        if (i0_ + 0 < M) {
+            *(__global VU_*)(c_ + (size_t)0 * N + 0) = alpha * c0_0_;
+            *(__global VU_*)(c_ + (size_t)0 * N + 16) = alpha * c0_1_;
+            *(__global VU_*)(c_ + (size_t)0 * N + 32) = alpha * c0_2_;
+            *(__global VU_*)(c_ + (size_t)0 * N + 48) = alpha * c0_3_;
+        }
+        if (i0_ + 1 < M) {
+            *(__global VU_*)(c_ + (size_t)1 * N + 0) = alpha * c1_0_;
+            *(__global VU_*)(c_ + (size_t)1 * N + 16) = alpha * c1_1_;
+            *(__global VU_*)(c_ + (size_t)1 * N + 32) = alpha * c1_2_;
+            *(__global VU_*)(c_ + (size_t)1 * N + 48) = alpha * c1_3_;
+        }
+        if (i0_ + 2 < M) {
+            *(__global VU_*)(c_ + (size_t)2 * N + 0) = alpha * c2_0_;
+            *(__global VU_*)(c_ + (size_t)2 * N + 16) = alpha * c2_1_;
+            *(__global VU_*)(c_ + (size_t)2 * N + 32) = alpha * c2_2_;
+            *(__global VU_*)(c_ + (size_t)2 * N + 48) = alpha * c2_3_;
+        }
+        if (i0_ + 3 < M) {
+            *(__global VU_*)(c_ + (size_t)3 * N + 0) = alpha * c3_0_;
+            *(__global VU_*)(c_ + (size_t)3 * N + 16) = alpha * c3_1_;
+            *(__global VU_*)(c_ + (size_t)3 * N + 32) = alpha * c3_2_;
+            *(__global VU_*)(c_ + (size_t)3 * N + 48) = alpha * c3_3_;
+        }
+        if (i0_ + 4 < M) {
+            *(__global VU_*)(c_ + (size_t)4 * N + 0) = alpha * c4_0_;
+            *(__global VU_*)(c_ + (size_t)4 * N + 16) = alpha * c4_1_;
+            *(__global VU_*)(c_ + (size_t)4 * N + 32) = alpha * c4_2_;
+            *(__global VU_*)(c_ + (size_t)4 * N + 48) = alpha * c4_3_;
+        }
+        if (i0_ + 5 < M) {
+            *(__global VU_*)(c_ + (size_t)5 * N + 0) = alpha * c5_0_;
+            *(__global VU_*)(c_ + (size_t)5 * N + 16) = alpha * c5_1_;
+            *(__global VU_*)(c_ + (size_t)5 * N + 32) = alpha * c5_2_;
+            *(__global VU_*)(c_ + (size_t)5 * N + 48) = alpha * c5_3_;
+        }
+        return;
+    }
+    /* the last panel, and gemm with a bias term: element by element */
     const int nr_ = min(64, N - j0_);
     if (i0_ + 0 < M) {
         float row_[64];

@@ -128,7 +128,8 @@ __kernel void matmul__cpu_packed__f32__a_col__b_col__compute(
         c5_2_ += a5_ * b2_;
         c5_3_ += a5_ * b3_;
     }
-    if (j0_ + 64 <= N) {  /* a whole panel of matmul: vector stores */
+    /* a whole panel (of gemm: without a bias term): vector stores */
+    if (j0_ + 64 <= N) {
         __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
         if (i0_ + 0 < M) {
             *(__global VU_*)(c_ + (size_t)0 * N + 0) = c0_0_;
@@ -168,7 +169,7 @@ __kernel void matmul__cpu_packed__f32__a_col__b_col__compute(
         }
         return;
     }
-    /* the last panel, and gemm (alpha, beta, bias): element by element */
+    /* the last panel, and gemm with a bias term: element by element */
     const int nr_ = min(64, N - j0_);
     if (i0_ + 0 < M) {
         float row_[64];
