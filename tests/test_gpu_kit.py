@@ -103,7 +103,7 @@ def test_run_against_the_local_device(tmp_path: Path) -> None:
     done = kit("run", "--skip-install", "--skip-driver", "--python", sys.executable,
                "--device-match", local_device(), "--out", str(out), "--jobs", "1",
                "--tests", "test_instance_matches_numpy and relu__generic__f32 and not leaky",
-               "--ops", "relu,softmax")
+               "--ops", "relu,softmax", "--tune-budget", "5")
     assert done.returncode == 0, done.stdout + done.stderr
     got = statuses(out)
     assert got.pop("tune") in ("skipped", "ok")
@@ -132,7 +132,7 @@ def test_run_goes_on_past_a_failing_step(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = kit("run", "--skip-install", "--skip-driver", "--python", sys.executable,
                "--device-match", local_device(), "--out", str(out), "--jobs", "1",
-               "--tests", "no_test_has_this_name", "--ops", "relu")
+               "--tests", "no_test_has_this_name", "--ops", "relu", "--tune-budget", "0")
     assert done.returncode == 1
     got = statuses(out)
     assert got["tests"] == "FAIL" and got["explain"] == "ok"

@@ -2,9 +2,11 @@
 
 Run by `tools/gpu-check run`; it uses nothing of clforge but its command line (`python -m
 generator explain ... --json`) and the spec files' documented top-level keys (`op`, `dims`,
-`dtypes`, `call`), so it keeps working while the code inside generator/ moves. Each call gets
-representative sizes chosen by the op's calling convention (the sizes of the README's benchmark
-table); an op of a convention this file does not know is explained with symbolic dims.
+`dtypes`, `call`; an op of a family takes the ones it does not write from
+`specs/families/<family>.yaml`), so it keeps working while the code inside generator/ moves.
+Each call gets representative sizes chosen by the op's calling convention (the sizes of the
+README's benchmark table); an op of a convention this file does not know is explained with
+symbolic dims.
 
 Writes one JSON file (every call: its command, exit status and `explain --json` output) and one
 text file (a line per call: op, dtype, dims, the chosen instance and why). Exit status 0 when
@@ -47,6 +49,10 @@ def load_ops(specs: Path, only: set[str] | None) -> list[dict[str, Any]]:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
         if not isinstance(data, dict) or "op" not in data:
             continue
+        family = data.get("family")
+        if isinstance(family, str):  # an op of a family: the family's keys, then its own
+            base = yaml.safe_load((specs / "families" / f"{family}.yaml").read_text("utf-8"))
+            data = {**(base if isinstance(base, dict) else {}), **data}
         if only is not None and data["op"] not in only:
             continue
         ops.append(

@@ -27,6 +27,7 @@ def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignor
     t.add_argument("--fresh", action="store_true", help="forget the journal of earlier runs")
     t.add_argument("--check", action="store_true", help="list stale entries; exit 1 if any")
     t.add_argument("--merge", nargs=2, metavar=("A", "B"), help="merge tuning file B into A")
+    t.add_argument("--out", help="write the tuning file here instead of tuning/<device>.yaml")
     t.set_defaults(func=lambda args: cmd_tune(args, tree_of(args)))
 
 
@@ -81,6 +82,7 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
             repeats=args.repeats,
             fresh=args.fresh,
             progress=bar.update,
+            out=Path(args.out) if args.out else None,
         )
     for e in report.entries:
         if e.bucket == "*":

@@ -162,8 +162,10 @@ def tune(
     repeats: int = 7,
     fresh: bool = False,
     progress: Callable[[int], Any] | None = None,
+    out: Path | None = None,
 ) -> Report:
-    """Measure every job's candidates (within the budget) and write the device's tuning file."""
+    """Measure every job's candidates (within the budget) and write the device's tuning file
+    (`out`, default tuning/<device>.yaml in the tree), merged with what it held."""
     me = Fingerprint.of(profile)
     journal_path = cache_dir("tune", f"{me.slug}.jsonl")
     if fresh and journal_path is not None:
@@ -199,10 +201,9 @@ def tune(
     finally:
         pool.close()
     report.entries = _entries(results)
-    path = tree.tuning / f"{me.slug}.yaml"
+    path = out or tree.tuning / f"{me.slug}.yaml"
     existing = load(path) if path.is_file() else TuningFile(me)
     updated = existing.with_entries(report.entries)
-    tree.tuning.mkdir(parents=True, exist_ok=True)
     atomic_write(path, updated.text())
     report.path = path
     return report
