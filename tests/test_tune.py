@@ -17,7 +17,7 @@ import pytest
 from generator.core.tree import DEFAULT, Tree
 from generator.device.profile import DeviceProfile
 from generator.emit.generate import generate
-from generator.errors import CallError
+from generator.errors import CallError, TemplateError
 from generator.params.database import (
     CATCH_ALL,
     Entry,
@@ -286,3 +286,31 @@ def test_a_killed_run_resumes_where_it_stopped(planted: Tree) -> None:
     assert report.reused >= done - 1  # a line cut short by the kill is measured again
     assert report.measured + report.reused >= 5  # 4 candidates, 1-3 of them re-measured
     assert not os.environ.get("CLFORGE_PARAMS")
+
+
+def test_a_tuned_set_that_cannot_be_rendered_falls_back_to_the_defaults(tmp_path: Path) -> None:
+    """An installed tree has generated/ but no templates/: a tuned or computed parameter set is
+    then unavailable, and the call runs the generated defaults, with a warning."""
+    import numpy as np
+
+    from generator.call.dispatcher import Dispatcher, dispatcher
+    from generator.errors import ClforgeWarning
+    from generator.runtime.launch import Runtime
+    from generator.runtime.program_cache import ProgramCache
+
+    shutil.copytree(DEFAULT.specs, tmp_path / "specs")
+    shutil.copytree(DEFAULT.templates, tmp_path / "templates")
+    tree = Tree(tmp_path)
+    generate(tree)
+    shutil.rmtree(tree.templates)
+    rt = Runtime(dispatcher().runtime.queue, registry_mod.load(tree), ProgramCache(None))
+    d = Dispatcher.for_runtime(rt)
+    d.override_params("relu__cpu__f32", {"CHUNK": 1024})
+    x = np.random.default_rng(3).standard_normal(5000).astype(np.float32)
+    with pytest.warns(ClforgeWarning, match="CHUNK=1024: override is not available"):
+        got = d.call("relu", {"x": x})["y"]
+    np.testing.assert_array_equal(got, np.maximum(x, 0))
+    d.strict = True
+    d._plans.clear()
+    with pytest.raises(TemplateError, match="not found"):
+        d.call("relu", {"x": x})

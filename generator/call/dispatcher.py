@@ -36,7 +36,13 @@ from generator.call.compiled import CompiledOp, TensorType, specialize
 from generator.call.selection import Selection, chosen_or_raise, select
 from generator.device.profile import DeviceProfile
 from generator.device.query import from_device
-from generator.errors import BuildError, CallError, ClforgeWarning, DispatchError
+from generator.errors import (
+    BuildError,
+    CallError,
+    ClforgeWarning,
+    DispatchError,
+    TemplateError,
+)
 from generator.params.database import load_folder
 from generator.params.lookup import Choice, ParamLookup
 from generator.params.space import as_params
@@ -95,8 +101,23 @@ class Dispatcher:
         self._recipes.clear()
 
     def plan_instance(self, inst: Instance, b: Bound) -> LaunchPlan:
-        params = self.params_for(inst, b.env).params
-        return self.runtime.plan(inst, b.dims, b.attrs, b.shapes, params)
+        """The launch plan of `inst` with the parameters :meth:`params_for` gives; a tuned or
+        computed set that cannot be rendered (an installed tree without templates/) or built
+        falls back to the generated spec defaults, with a warning (strict: an error)."""
+        choice = self.params_for(inst, b.env)
+        try:
+            return self.runtime.plan(inst, b.dims, b.attrs, b.shapes, choice.params)
+        except (TemplateError, BuildError) as exc:
+            if self.strict or choice.params == as_params(inst.param_map):
+                raise
+            first = str(exc).strip().splitlines()[0][:200]
+            warnings.warn(
+                f"clforge: {inst.name} with {choice.describe()} is not available ({first}); "
+                "running its spec defaults",
+                ClforgeWarning,
+                stacklevel=3,
+            )
+            return self.runtime.plan(inst, b.dims, b.attrs, b.shapes, None)
 
     @property
     def registry(self) -> Registry:
