@@ -42,7 +42,12 @@ lint: $(INSTALLED)
 # peer that still fails is reported missing by the bench. NumPy is timed with the machine's
 # OpenBLAS settings lifted (they slow current NumPy down). BENCH_ARGS: e.g. --quick, --json.
 BENCH_ARGS ?=
+# CLBlast (a peer) needs its C library to build pyclblast: Debian's libclblast-dev, installed when
+# apt-get is available and it is missing; a machine without it reports CLBlast missing.
 bench: $(OPENCL)
+	@dpkg -s libclblast-dev >/dev/null 2>&1 || ! command -v apt-get >/dev/null || \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libclblast-dev >/dev/null) || \
+	  echo 'libclblast-dev could not be installed: CLBlast will be reported missing'
 	@$(BIN)/pip install -q -e '.[bench]' || { \
 	  echo 'some bench peers could not be installed; trying each on its own'; \
 	  for req in $$($(BIN)/python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['bench']))"); do \
