@@ -27,3 +27,14 @@ def test_list_filters_by_op(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list", "softmax"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines and all(line.startswith("softmax__") for line in lines)
+
+
+def test_verify_checks_every_instance_of_an_op(capsys) -> None:
+    assert main(["verify", "relu"]) == 0
+    out, err = capsys.readouterr()
+    assert "relu__cpu__f32 [CHUNK=4096]: " in out and "cases match NumPy" in out
+    assert "relu__half__f16: skipped (the device lacks cl_khr_fp16)" in out or (
+        "relu__half__f16 []: " in out
+    )
+    assert "0 failed" in err
+    assert main(["verify", "nope"]) == 2

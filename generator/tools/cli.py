@@ -313,9 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="run every op on the default device, checked against NumPy")
     d.set_defaults(func=cmd_demo)
 
-    from generator.tools import tune_cmd
+    from generator.tools import tune_cmd, verify_cmd
 
     tune_cmd.add_parser(sub, _tree)
+    verify_cmd.add_parser(sub, _tree)
     return parser
 
 

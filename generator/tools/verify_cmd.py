@@ -1,0 +1,62 @@
+"""`clforge verify [OP ...]`: build every instance of the tree's registry on the present device
+and check it against its NumPy reference (the op's cases: 1, primes, sizes no tile divides,
+empty tensors; canary-padded buffers), as the test suite does, for a user's CI."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from generator.core.tree import Tree
+from generator.errors import UsageError
+
+
+def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignore[type-arg]
+    v = sub.add_parser(
+        "verify",
+        help="build and check every instance against NumPy on the default device",
+        description="Build every instance of the registry (or of the ops named) on the default "
+        "OpenCL device and check it against its NumPy reference on the op's cases, with "
+        "canary-padded buffers. Instances that need an extension the device lacks are skipped, "
+        "naming it. Exit status 1 when any instance fails.",
+    )
+    v.add_argument("ops", nargs="*", help="ops to verify (default: every op)")
+    v.set_defaults(func=lambda args: cmd_verify(args, tree_of(args)))
+
+
+def cmd_verify(args: argparse.Namespace, tree: Tree) -> int:
+    from generator import references
+    from generator.registry import loader as registry_mod
+    from generator.runtime.launch import Runtime
+    from generator.tune.verify import verify
+
+    reg = registry_mod.load(tree)
+    ops = args.ops or sorted(reg.ops)
+    unknown = [o for o in ops if o not in reg.ops]
+    if unknown:
+        raise UsageError(f"unknown op {', '.join(unknown)} (ops: {', '.join(sorted(reg.ops))})")
+    rt = Runtime(reg=reg)
+    exts = set(rt.device.extensions.split())
+    passed = failed = skipped = 0
+    for inst in sorted(reg.instances.values(), key=lambda i: i.name):
+        if inst.op not in ops:
+            continue
+        if inst.op not in references.REFERENCES:
+            print(f"{inst.name}: FAILED: op {inst.op!r} has no NumPy reference")
+            failed += 1
+            continue
+        missing = [e for e in inst.requires.extensions if e not in exts]
+        if missing:
+            print(f"{inst.name}: skipped (the device lacks {', '.join(missing)})")
+            skipped += 1
+            continue
+        verdict = verify(rt, inst)
+        print(verdict)
+        if verdict.ok:
+            passed += 1
+        else:
+            failed += 1
+    print(
+        f"{passed} passed, {failed} failed, {skipped} skipped on {rt.device.name}", file=sys.stderr
+    )
+    return 1 if failed else 0
