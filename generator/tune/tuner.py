@@ -20,7 +20,6 @@ from generator.core.atomic_file import atomic_write
 from generator.core.cache_dir import cache_dir
 from generator.core.tree import Tree
 from generator.device.profile import DeviceProfile
-from generator.errors import ClforgeError
 from generator.params.database import (
     CATCH_ALL,
     Entry,
@@ -304,4 +303,4 @@ def stale_entries(reg: Registry, files: Iterable[TuningFile]) -> list[tuple[str,
     return out
 
 
-__all__ = ["ClforgeError", "Job", "Report", "plan_jobs", "stale_entries", "tune"]
+__all__ = ["Job", "Report", "plan_jobs", "stale_entries", "tune"]
