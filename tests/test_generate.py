@@ -52,7 +52,7 @@ def test_check_names_stale_files_and_generate_fixes_them(tree: Tree) -> None:
     generate(tree)
     spec = tree.specs / "relu.yaml"  # an op of the unary family: its cpu variant overridden
     old = "cpu: {dtypes: [f32, f64, i32]}"
-    spec.write_text(spec.read_text().replace(old, old[:-1] + ", params: {CHUNK: 1024}}"))
+    spec.write_text(spec.read_text().replace(old, old[:-1] + ", params: {CHUNK: 1024, VW: 16}}"))
     with pytest.raises(StaleError) as err:
         generate(tree, check=True)
     assert set(err.value.paths) == {

@@ -6,12 +6,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from generator.core.tree import DEFAULT, Tree
 from generator.emit import stamp
 from generator.emit.writer import Plan, apply, plan
 from generator.errors import StaleError
 from generator.registry.records import Instance, OpSig
+
+if TYPE_CHECKING:
+    from generator.spec.model import AccuracySpec
 
 # what generation owns, relative to the tree's root; nothing else there is touched
 MANAGED = (
@@ -44,10 +48,12 @@ def build(tree: Tree = DEFAULT) -> Output:
     renderer = Renderer(tree)
     ops: list[OpSig] = []
     instances: list[Instance] = []
+    accuracy: dict[str, tuple[AccuracySpec, ...]] = {}
     files: dict[str, str] = {"generated/__init__.py": INIT}
     for loaded in load_specs(tree):
         sig = loaded.signature()
         ops.append(sig)
+        accuracy[sig.name] = loaded.spec.accuracy
         for inst in expand(loaded):
             text = renderer.render(inst, sig, inst.template)
             digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -55,7 +61,7 @@ def build(tree: Tree = DEFAULT) -> Output:
             instances.append(dataclasses.replace(inst, sha256=digest))
     files["generated/registry.py"] = registry_source(ops, instances)
     files["generated/ops.py"] = ops_source(ops)
-    files["docs/ops.md"] = ops_doc(ops, instances)
+    files["docs/ops.md"] = ops_doc(ops, instances, accuracy)
     return Output(tuple(ops), tuple(instances), files)
 
 

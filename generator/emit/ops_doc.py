@@ -1,10 +1,14 @@
-"""The text of `docs/ops.md`: the operator table, generated from the registry."""
+"""The text of `docs/ops.md`: the operator table, generated from the registry, with the specs'
+accuracy bounds."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 
+from generator.references.accuracy import MEASURES_DOC, SWEEP_DOC
 from generator.registry.records import Instance, OpSig, TensorSig
+from generator.spec.model import AccuracySpec
 
 
 def _tensor(t: TensorSig) -> str:
@@ -27,7 +31,37 @@ def _requirements(inst: Instance) -> str:
     return ", ".join(parts) or "-"
 
 
-def ops_doc(ops: list[OpSig], instances: list[Instance]) -> str:
+def _num(v: float) -> str:
+    """A bound as written in a spec: 4.0e-7, 2.5e-4."""
+    mantissa, exponent = f"{v:e}".split("e")
+    mantissa = mantissa.rstrip("0")
+    return f"{mantissa}{'0' if mantissa.endswith('.') else ''}e{int(exponent)}"
+
+
+def _accuracy(bounds: Sequence[AccuracySpec]) -> list[str]:
+    lines = [
+        "Accuracy against float64 (the spec's `accuracy:`, held by "
+        "`tests/test_transcendental_accuracy.py`):",
+        "",
+        "| variants | dtypes | attrs | range | max abs err | max rel err | notes |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for b in bounds:
+        attrs = ", ".join(f"{k}={v}" for k, v in sorted(b.attrs.items())) or "-"
+        lines.append(
+            f"| {', '.join(b.variants)} | {', '.join(b.dtypes)} | {attrs} | "
+            f"[{b.range[0]:g}, {b.range[1]:g}] | {_num(b.max_abs)} | {_num(b.max_rel)} | "
+            f"{b.doc or '-'} |"
+        )
+    return lines
+
+
+def ops_doc(
+    ops: list[OpSig],
+    instances: list[Instance],
+    accuracy: Mapping[str, Sequence[AccuracySpec]] | None = None,
+) -> str:
+    accuracy = accuracy or {}
     by_variant: dict[tuple[str, str], list[Instance]] = defaultdict(list)
     for inst in instances:
         by_variant[(inst.op, inst.variant)].append(inst)
@@ -37,6 +71,10 @@ def ops_doc(ops: list[OpSig], instances: list[Instance]) -> str:
         "",
         f"{len(ops)} ops, {len(instances)} kernel instances. Each op's eager function is "
         "`generated.ops.<op>`; the variant a call gets is shown by `clforge explain`.",
+        "",
+        "Accuracy bounds, where an op states them, are measured on the device against the "
+        f"float64 value over a sweep of inputs: {SWEEP_DOC}. {MEASURES_DOC[0].upper()}"
+        f"{MEASURES_DOC[1:]}.",
         "",
         "| op | inputs | outputs | dtypes | call | variants |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -81,4 +119,6 @@ def ops_doc(ops: list[OpSig], instances: list[Instance]) -> str:
                 f"{('`' + first.guard + '`') if first.guard else '-'} | {first.priority} | "
                 f"{', '.join(f'{k}={x}' for k, x in first.params) or '-'} |"
             )
+        if accuracy.get(op.name):
+            lines += ["", *_accuracy(accuracy[op.name])]
     return "\n".join(lines) + "\n"

@@ -4,7 +4,132 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef float16 ACCV_;
 #define CHUNK 4096
+// e^(h + l) * 2^32 for h + l <= 0 and l small: normal down to h + l = -110, 0 below
+inline float16 exps_v_(float16 h, float16 l) {
+    h = h < -110.0f ? (float16)-110.0f : h;
+    float16 hl = h + l;
+    hl = hl < -110.0f ? (float16)-110.0f : hl;
+    const float16 j = hl * 1.44269504f + 12583071.0f;
+    const float16 n = j - 12583071.0f;
+    const float16 r = (h - n * 0.693359375f) - n * -2.12194440e-4f + l;
+    float16 p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return p * as_float16(as_int16(j) << 23);
+}
+
+// x Phi(x): Phi(x) = e / 2 below 0, 1 - e / 2 above, e = erfc(|x| / sqrt2) = t Q(t) e^-x^2/2
+// with t = 1 / (1 + 0.5 |x| / sqrt2); x^2 = h + l exactly (l by a contracted multiply-add)
+inline float16 gelu_erf_v_(float16 x) {
+    const float16 a0 = as_float16(as_int16(x) & 0x7fffffff);
+    const float16 a = a0 > 15.0f ? (float16)15.0f : a0;
+    const float16 t = 1.0f / (1.0f + 0.353553391f * a);
+    float16 q = 0.0105313035f;
+    q = q * t + -0.113967061f;
+    q = q * t + 0.407703131f;
+    q = q * t + -0.642645299f;
+    q = q * t + 0.399377286f;
+    q = q * t + -0.0870911554f;
+    q = q * t + 0.221864328f;
+    q = q * t + 0.239384741f;
+    q = q * t + 0.282774299f;
+    q = q * t + 0.282068402f;
+    const float16 h = a * a;
+    const float16 l = a * a - h;
+    const float16 e = ((0.5f * t) * q) * exps_v_(-0.5f * h, -0.5f * l);
+    const float16 xm = x < -3.40282347e38f ? (float16)-3.40282347e38f : x;
+    return x < 0.0f ? (xm * e) * 2.32830644e-10f : xm * (1.0f - e * 2.32830644e-10f);
+}
+// x / (1 + e^w) for x >= 0, x e^w / (1 + e^w) below, as silu, with w = -2u(|x|) = a (A + B a^2),
+// a = |x| (clamped to 12: e^w is 0 beyond), A = -2 sqrt(2/pi), B = 0.044715 A, computed as
+// wh + wl to about 2^-40 relative (x^2, B a^2 and their sum with A in two parts, A and B in two
+// parts), so that e^w keeps its relative accuracy where |w| is large
+inline float16 gelu_tanh_v_(float16 x) {
+    const float16 a0 = as_float16(as_int16(x) & 0x7fffffff);
+    const float16 a = a0 > 12.0f ? (float16)12.0f : a0;
+    const float16 z = a * a;
+    const float16 zl = a * a - z;
+    const float16 ph = -0.0713548139f * z;
+    const float16 pl = -0.0713548139f * z - ph;
+    const float16 big = ph < -1.59576917f ? ph : (float16)-1.59576917f;
+    const float16 sml = ph < -1.59576917f ? (float16)-1.59576917f : ph;
+    const float16 q = big + sml;
+    const float16 ql = sml - (q - big);
+    const float16 wh = a * q;
+    const float16 wl = (a * q - wh) + a * ((ql + pl) + (-0.0713548139f * zl + (-2.39883247e-9f * z + 4.53406805e-8f)));
+    const float16 e = exps_v_(wh, wl);
+    const float16 xm = x < -3.40282347e38f ? (float16)-3.40282347e38f : x;
+    return (x < 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
+}
+
+// e^(h + l) * 2^32 for h + l <= 0 and l small: normal down to h + l = -110, 0 below
+inline float exps_s_(float h, float l) {
+    h = h < -110.0f ? (float)-110.0f : h;
+    float hl = h + l;
+    hl = hl < -110.0f ? (float)-110.0f : hl;
+    const float j = hl * 1.44269504f + 12583071.0f;
+    const float n = j - 12583071.0f;
+    const float r = (h - n * 0.693359375f) - n * -2.12194440e-4f + l;
+    float p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return p * as_float(as_int(j) << 23);
+}
+
+// x Phi(x): Phi(x) = e / 2 below 0, 1 - e / 2 above, e = erfc(|x| / sqrt2) = t Q(t) e^-x^2/2
+// with t = 1 / (1 + 0.5 |x| / sqrt2); x^2 = h + l exactly (l by a contracted multiply-add)
+inline float gelu_erf_s_(float x) {
+    const float a0 = as_float(as_int(x) & 0x7fffffff);
+    const float a = a0 > 15.0f ? (float)15.0f : a0;
+    const float t = 1.0f / (1.0f + 0.353553391f * a);
+    float q = 0.0105313035f;
+    q = q * t + -0.113967061f;
+    q = q * t + 0.407703131f;
+    q = q * t + -0.642645299f;
+    q = q * t + 0.399377286f;
+    q = q * t + -0.0870911554f;
+    q = q * t + 0.221864328f;
+    q = q * t + 0.239384741f;
+    q = q * t + 0.282774299f;
+    q = q * t + 0.282068402f;
+    const float h = a * a;
+    const float l = a * a - h;
+    const float e = ((0.5f * t) * q) * exps_s_(-0.5f * h, -0.5f * l);
+    const float xm = x < -3.40282347e38f ? (float)-3.40282347e38f : x;
+    return x < 0.0f ? (xm * e) * 2.32830644e-10f : xm * (1.0f - e * 2.32830644e-10f);
+}
+// x / (1 + e^w) for x >= 0, x e^w / (1 + e^w) below, as silu, with w = -2u(|x|) = a (A + B a^2),
+// a = |x| (clamped to 12: e^w is 0 beyond), A = -2 sqrt(2/pi), B = 0.044715 A, computed as
+// wh + wl to about 2^-40 relative (x^2, B a^2 and their sum with A in two parts, A and B in two
+// parts), so that e^w keeps its relative accuracy where |w| is large
+inline float gelu_tanh_s_(float x) {
+    const float a0 = as_float(as_int(x) & 0x7fffffff);
+    const float a = a0 > 12.0f ? (float)12.0f : a0;
+    const float z = a * a;
+    const float zl = a * a - z;
+    const float ph = -0.0713548139f * z;
+    const float pl = -0.0713548139f * z - ph;
+    const float big = ph < -1.59576917f ? ph : (float)-1.59576917f;
+    const float sml = ph < -1.59576917f ? (float)-1.59576917f : ph;
+    const float q = big + sml;
+    const float ql = sml - (q - big);
+    const float wh = a * q;
+    const float wl = (a * q - wh) + a * ((ql + pl) + (-0.0713548139f * zl + (-2.39883247e-9f * z + 4.53406805e-8f)));
+    const float e = exps_s_(wh, wl);
+    const float xm = x < -3.40282347e38f ? (float)-3.40282347e38f : x;
+    return (x < 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
+}
+
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void gelu__cpu__f32(
     __global const float* restrict x,
@@ -16,12 +141,12 @@ __kernel void gelu__cpu__f32(
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
-    for (; i_ + 8 <= end_; i_ += 8) {
-        const ACC8_ v_ = *(__global const ACC8_*)(x + (i_));
-        *(__global ACC8_*)(y + (i_)) = (approximate ? ((ACC8_)0.5 * (v_) * ((ACC8_)1 + tanh((ACC8_)0.79788456080286535588 * ((v_) + (ACC8_)0.044715 * (v_) * (v_) * (v_))))) : ((ACC8_)0.5 * (v_) * ((ACC8_)1 + erf((v_) * (ACC8_)0.70710678118654752440))));
+    for (; i_ + 16 <= end_; i_ += 16) {
+        const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+        *(__global ACCV_*)(y + (i_)) = (approximate ? gelu_tanh_v_(v_) : gelu_erf_v_(v_));
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = (ACC_)x[i_];
-        y[i_] = (float)((approximate ? ((ACC_)0.5 * (v_) * ((ACC_)1 + tanh((ACC_)0.79788456080286535588 * ((v_) + (ACC_)0.044715 * (v_) * (v_) * (v_))))) : ((ACC_)0.5 * (v_) * ((ACC_)1 + erf((v_) * (ACC_)0.70710678118654752440)))));
+        y[i_] = (float)((approximate ? gelu_tanh_s_(v_) : gelu_erf_s_(v_)));
     }
 }
