@@ -59,8 +59,9 @@ def _attention_flops(s: Sizes, _: int) -> float:
     return 2.0 * s["B"] * s["H"] * s["SQ"] * s["SK"] * (s["D"] + s["DV"])
 
 
-def _unary(op: str, n: int = 16 * 2**20, **attrs: int) -> Case:
-    return Case(op, {"N": n}, {"N": 4096}, _bytes(2), "GB/s", op + " {N}", attrs=attrs)
+def _unary(op: str, n: int = 16 * 2**20, label: str | None = None, **attrs: int) -> Case:
+    text = (label or op) + " {N}"
+    return Case(op, {"N": n}, {"N": 4096}, _bytes(2), "GB/s", text, attrs=attrs)
 
 
 def _binary(op: str, rows: int, cols: int) -> Case:
@@ -99,7 +100,9 @@ CASES: tuple[Case, ...] = (
     _unary("exp"),
     _unary("sigmoid"),
     _unary("tanh"),
+    _unary("silu"),
     _unary("gelu", 4 * 2**20),
+    _unary("gelu", 4 * 2**20, "gelu (tanh form)", approximate=1),
     _reduce("sum", 4096, 4096),
     _reduce("sum", 64, 4096, 64),
     _reduce("mean", 4096, 4096),
@@ -145,10 +148,10 @@ def selected(quick: bool) -> list[Case]:
     """The cases of a run: every case, or each distinct one at its quick sizes (the matmul
     sweep collapses to one case per dtype)."""
     out: list[Case] = []
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[tuple[str, str, str, str]] = set()
     for case in CASES:
         c = case.at(quick)
-        key = (c.op, c.dtype, repr(sorted(c.sizes.items())))
+        key = (c.op, c.dtype, repr(sorted(c.sizes.items())), repr(sorted(c.attrs.items())))
         if key not in seen:
             seen.add(key)
             out.append(c)
