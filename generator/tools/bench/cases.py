@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from generator.core.dtypes import DTYPES
+from generator.errors import UsageError
 
 Sizes = Mapping[str, int]
 
@@ -144,12 +145,18 @@ CASES: tuple[Case, ...] = (
 )
 
 
-def selected(quick: bool) -> list[Case]:
-    """The cases of a run: every case, or each distinct one at its quick sizes (the matmul
-    sweep collapses to one case per dtype)."""
+def selected(quick: bool, ops: Collection[str] | None = None) -> list[Case]:
+    """The cases of a run (of `ops`, if given): every case, or each distinct one at its quick
+    sizes (the matmul sweep collapses to one case per dtype)."""
+    known = sorted({c.op for c in CASES})
+    unknown = sorted(set(ops or ()) - set(known))
+    if unknown:
+        raise UsageError(f"no bench case for {', '.join(unknown)} (cases: {', '.join(known)})")
     out: list[Case] = []
     seen: set[tuple[str, str, str, str]] = set()
     for case in CASES:
+        if ops is not None and case.op not in ops:
+            continue
         c = case.at(quick)
         key = (c.op, c.dtype, repr(sorted(c.sizes.items())), repr(sorted(c.attrs.items())))
         if key not in seen:
