@@ -6,12 +6,10 @@ typedef float8 ACC8_;
 
 typedef float16 ACCV_;
 #define CHUNK 4096
-// e^(h + l) * 2^32 for h + l <= 0 and l small: normal down to h + l = -110, 0 below
+// e^(h + l) * 2^32 for h + l <= 0 and |l| below h's ulp: normal down to h = -110, 0 below
 inline float16 exps_v_(float16 h, float16 l) {
     h = h < -110.0f ? (float16)-110.0f : h;
-    float16 hl = h + l;
-    hl = hl < -110.0f ? (float16)-110.0f : hl;
-    const float16 j = hl * 1.44269504f + 12583071.0f;
+    const float16 j = (h + l) * 1.44269504f + 12583071.0f;
     const float16 n = j - 12583071.0f;
     const float16 r = (h - n * 0.693359375f) - n * -2.12194440e-4f + l;
     float16 p = 1.38145930e-3f;
@@ -24,25 +22,26 @@ inline float16 exps_v_(float16 h, float16 l) {
     return p * as_float16(as_int16(j) << 23);
 }
 
-// x Phi(x): Phi(x) = e / 2 below 0, 1 - e / 2 above, e = erfc(|x| / sqrt2) = t Q(t) e^-x^2/2
-// with t = 1 / (1 + 0.5 |x| / sqrt2); x^2 = h + l exactly (l by a contracted multiply-add)
+// x Phi(x): Phi(x) = e below 0, 1 - e above, e = erfc(|x| / sqrt2) / 2 = t Q(t) e^-x^2/2 with
+// t = 1 / (1 + 0.5 |x| / sqrt2) (Q halved); -x^2/2 = h + l exactly (a contracted multiply-add)
 inline float16 gelu_erf_v_(float16 x) {
     const float16 a0 = as_float16(as_int16(x) & 0x7fffffff);
     const float16 a = a0 > 15.0f ? (float16)15.0f : a0;
     const float16 t = 1.0f / (1.0f + 0.353553391f * a);
-    float16 q = 0.0105313035f;
-    q = q * t + -0.113967061f;
-    q = q * t + 0.407703131f;
-    q = q * t + -0.642645299f;
-    q = q * t + 0.399377286f;
-    q = q * t + -0.0870911554f;
-    q = q * t + 0.221864328f;
-    q = q * t + 0.239384741f;
-    q = q * t + 0.282774299f;
-    q = q * t + 0.282068402f;
-    const float16 h = a * a;
-    const float16 l = a * a - h;
-    const float16 e = ((0.5f * t) * q) * exps_v_(-0.5f * h, -0.5f * l);
+    float16 q = 0.00526565174f;
+    q = q * t + -0.0569835305f;
+    q = q * t + 0.203851566f;
+    q = q * t + -0.32132265f;
+    q = q * t + 0.199688643f;
+    q = q * t + -0.0435455777f;
+    q = q * t + 0.110932164f;
+    q = q * t + 0.11969237f;
+    q = q * t + 0.14138715f;
+    q = q * t + 0.141034201f;
+    const float16 ma = -0.5f * a;
+    const float16 h = ma * a;
+    const float16 l = ma * a - h;
+    const float16 e = (t * q) * exps_v_(h, l);
     const float16 xm = x < -3.40282347e38f ? (float16)-3.40282347e38f : x;
     return x < 0.0f ? (xm * e) * 2.32830644e-10f : xm * (1.0f - e * 2.32830644e-10f);
 }
@@ -68,12 +67,10 @@ inline float16 gelu_tanh_v_(float16 x) {
     return (x < 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
 }
 
-// e^(h + l) * 2^32 for h + l <= 0 and l small: normal down to h + l = -110, 0 below
+// e^(h + l) * 2^32 for h + l <= 0 and |l| below h's ulp: normal down to h = -110, 0 below
 inline float exps_s_(float h, float l) {
     h = h < -110.0f ? (float)-110.0f : h;
-    float hl = h + l;
-    hl = hl < -110.0f ? (float)-110.0f : hl;
-    const float j = hl * 1.44269504f + 12583071.0f;
+    const float j = (h + l) * 1.44269504f + 12583071.0f;
     const float n = j - 12583071.0f;
     const float r = (h - n * 0.693359375f) - n * -2.12194440e-4f + l;
     float p = 1.38145930e-3f;
@@ -86,25 +83,26 @@ inline float exps_s_(float h, float l) {
     return p * as_float(as_int(j) << 23);
 }
 
-// x Phi(x): Phi(x) = e / 2 below 0, 1 - e / 2 above, e = erfc(|x| / sqrt2) = t Q(t) e^-x^2/2
-// with t = 1 / (1 + 0.5 |x| / sqrt2); x^2 = h + l exactly (l by a contracted multiply-add)
+// x Phi(x): Phi(x) = e below 0, 1 - e above, e = erfc(|x| / sqrt2) / 2 = t Q(t) e^-x^2/2 with
+// t = 1 / (1 + 0.5 |x| / sqrt2) (Q halved); -x^2/2 = h + l exactly (a contracted multiply-add)
 inline float gelu_erf_s_(float x) {
     const float a0 = as_float(as_int(x) & 0x7fffffff);
     const float a = a0 > 15.0f ? (float)15.0f : a0;
     const float t = 1.0f / (1.0f + 0.353553391f * a);
-    float q = 0.0105313035f;
-    q = q * t + -0.113967061f;
-    q = q * t + 0.407703131f;
-    q = q * t + -0.642645299f;
-    q = q * t + 0.399377286f;
-    q = q * t + -0.0870911554f;
-    q = q * t + 0.221864328f;
-    q = q * t + 0.239384741f;
-    q = q * t + 0.282774299f;
-    q = q * t + 0.282068402f;
-    const float h = a * a;
-    const float l = a * a - h;
-    const float e = ((0.5f * t) * q) * exps_s_(-0.5f * h, -0.5f * l);
+    float q = 0.00526565174f;
+    q = q * t + -0.0569835305f;
+    q = q * t + 0.203851566f;
+    q = q * t + -0.32132265f;
+    q = q * t + 0.199688643f;
+    q = q * t + -0.0435455777f;
+    q = q * t + 0.110932164f;
+    q = q * t + 0.11969237f;
+    q = q * t + 0.14138715f;
+    q = q * t + 0.141034201f;
+    const float ma = -0.5f * a;
+    const float h = ma * a;
+    const float l = ma * a - h;
+    const float e = (t * q) * exps_s_(h, l);
     const float xm = x < -3.40282347e38f ? (float)-3.40282347e38f : x;
     return x < 0.0f ? (xm * e) * 2.32830644e-10f : xm * (1.0f - e * 2.32830644e-10f);
 }

@@ -6,12 +6,10 @@ typedef float8 ACC8_;
 
 typedef float16 ACCV_;
 #define CHUNK 4096
-// e^(h + l) * 2^32 for h + l <= 0 and l small: normal down to h + l = -110, 0 below
+// e^(h + l) * 2^32 for h + l <= 0 and |l| below h's ulp: normal down to h = -110, 0 below
 inline float16 exps_v_(float16 h, float16 l) {
     h = h < -110.0f ? (float16)-110.0f : h;
-    float16 hl = h + l;
-    hl = hl < -110.0f ? (float16)-110.0f : hl;
-    const float16 j = hl * 1.44269504f + 12583071.0f;
+    const float16 j = (h + l) * 1.44269504f + 12583071.0f;
     const float16 n = j - 12583071.0f;
     const float16 r = (h - n * 0.693359375f) - n * -2.12194440e-4f + l;
     float16 p = 1.38145930e-3f;
@@ -30,12 +28,10 @@ inline float16 sigmoid_v_(float16 x) {
     return (x < 0.0f ? e : (float16)4294967296.0f) / (4294967296.0f + e);
 }
 
-// e^(h + l) * 2^32 for h + l <= 0 and l small: normal down to h + l = -110, 0 below
+// e^(h + l) * 2^32 for h + l <= 0 and |l| below h's ulp: normal down to h = -110, 0 below
 inline float exps_s_(float h, float l) {
     h = h < -110.0f ? (float)-110.0f : h;
-    float hl = h + l;
-    hl = hl < -110.0f ? (float)-110.0f : hl;
-    const float j = hl * 1.44269504f + 12583071.0f;
+    const float j = (h + l) * 1.44269504f + 12583071.0f;
     const float n = j - 12583071.0f;
     const float r = (h - n * 0.693359375f) - n * -2.12194440e-4f + l;
     float p = 1.38145930e-3f;
