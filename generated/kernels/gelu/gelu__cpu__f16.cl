@@ -45,26 +45,13 @@ inline float16 gelu_erf_v_(float16 x) {
     const float16 xm = x < -3.40282347e38f ? (float16)-3.40282347e38f : x;
     return x < 0.0f ? (xm * e) * 2.32830644e-10f : xm * (1.0f - e * 2.32830644e-10f);
 }
-// x / (1 + e^w) for x >= 0, x e^w / (1 + e^w) below, as silu, with w = -2u(|x|) = a (A + B a^2),
-// a = |x| (clamped to 12: e^w is 0 beyond), A = -2 sqrt(2/pi), B = 0.044715 A, computed as
-// wh + wl to about 2^-40 relative (x^2, B a^2 and their sum with A in two parts, A and B in two
-// parts), so that e^w keeps its relative accuracy where |w| is large
+// x / (1 + e^w) for w <= 0, x e^-w / (1 + e^-w) above, as silu, w = -2u = x (A + B x^2) with
+// A = -2 sqrt(2/pi), B = 0.044715 A; w's rounding (a few ulp of w) is e^-|w|'s relative error
 inline float16 gelu_tanh_v_(float16 x) {
-    const float16 a0 = as_float16(as_int16(x) & 0x7fffffff);
-    const float16 a = a0 > 12.0f ? (float16)12.0f : a0;
-    const float16 z = a * a;
-    const float16 zl = a * a - z;
-    const float16 ph = -0.0713548139f * z;
-    const float16 pl = -0.0713548139f * z - ph;
-    const float16 big = ph < -1.59576917f ? ph : (float16)-1.59576917f;
-    const float16 sml = ph < -1.59576917f ? (float16)-1.59576917f : ph;
-    const float16 q = big + sml;
-    const float16 ql = sml - (q - big);
-    const float16 wh = a * q;
-    const float16 wl = (a * q - wh) + a * ((ql + pl) + (-0.0713548139f * zl + (-2.39883247e-9f * z + 4.53406805e-8f)));
-    const float16 e = exps_v_(wh, wl);
+    const float16 w = x * (-1.59576917f - 0.0713548139f * (x * x));
     const float16 xm = x < -3.40282347e38f ? (float16)-3.40282347e38f : x;
-    return (x < 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
+    const float16 e = exps_v_(as_float16(as_int16(w) | (int)0x80000000), (float16)-0.0f);
+    return (w > 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
 }
 
 // e^(h + l) * 2^32 for h + l <= 0 and |l| below h's ulp: normal down to h = -110, 0 below
@@ -106,26 +93,13 @@ inline float gelu_erf_s_(float x) {
     const float xm = x < -3.40282347e38f ? (float)-3.40282347e38f : x;
     return x < 0.0f ? (xm * e) * 2.32830644e-10f : xm * (1.0f - e * 2.32830644e-10f);
 }
-// x / (1 + e^w) for x >= 0, x e^w / (1 + e^w) below, as silu, with w = -2u(|x|) = a (A + B a^2),
-// a = |x| (clamped to 12: e^w is 0 beyond), A = -2 sqrt(2/pi), B = 0.044715 A, computed as
-// wh + wl to about 2^-40 relative (x^2, B a^2 and their sum with A in two parts, A and B in two
-// parts), so that e^w keeps its relative accuracy where |w| is large
+// x / (1 + e^w) for w <= 0, x e^-w / (1 + e^-w) above, as silu, w = -2u = x (A + B x^2) with
+// A = -2 sqrt(2/pi), B = 0.044715 A; w's rounding (a few ulp of w) is e^-|w|'s relative error
 inline float gelu_tanh_s_(float x) {
-    const float a0 = as_float(as_int(x) & 0x7fffffff);
-    const float a = a0 > 12.0f ? (float)12.0f : a0;
-    const float z = a * a;
-    const float zl = a * a - z;
-    const float ph = -0.0713548139f * z;
-    const float pl = -0.0713548139f * z - ph;
-    const float big = ph < -1.59576917f ? ph : (float)-1.59576917f;
-    const float sml = ph < -1.59576917f ? (float)-1.59576917f : ph;
-    const float q = big + sml;
-    const float ql = sml - (q - big);
-    const float wh = a * q;
-    const float wl = (a * q - wh) + a * ((ql + pl) + (-0.0713548139f * zl + (-2.39883247e-9f * z + 4.53406805e-8f)));
-    const float e = exps_s_(wh, wl);
+    const float w = x * (-1.59576917f - 0.0713548139f * (x * x));
     const float xm = x < -3.40282347e38f ? (float)-3.40282347e38f : x;
-    return (x < 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
+    const float e = exps_s_(as_float(as_int(w) | (int)0x80000000), (float)-0.0f);
+    return (w > 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
 }
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
