@@ -49,6 +49,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:abs',
     ),
     'add': OpSig(
         name='add',
@@ -96,6 +97,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
+        reference='generator.references.elementwise:add',
     ),
     'argmax': OpSig(
         name='argmax',
@@ -134,6 +136,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='axis',
+        reference='generator.references.reduce:argmax',
     ),
     'attention': OpSig(
         name='attention',
@@ -196,6 +199,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(('causal == 0 or causal == 1', 'causal must be 0 or 1'),),
         call='attention',
+        reference='generator.references.conv:attention',
     ),
     'conv2d': OpSig(
         name='conv2d',
@@ -307,6 +311,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='conv2d',
+        reference='generator.references.conv:conv2d',
     ),
     'div': OpSig(
         name='div',
@@ -354,6 +359,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
+        reference='generator.references.elementwise:div',
     ),
     'exp': OpSig(
         name='exp',
@@ -387,6 +393,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:exp',
     ),
     'gelu': OpSig(
         name='gelu',
@@ -431,6 +438,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='flat',
+        reference='generator.references.elementwise:gelu',
     ),
     'gemm': OpSig(
         name='gemm',
@@ -493,6 +501,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='gemm',
+        reference='generator.references.linalg:gemm',
     ),
     'layer_norm': OpSig(
         name='layer_norm',
@@ -550,6 +559,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='trailing',
+        reference='generator.references.reduce:layer_norm',
     ),
     'leaky_relu': OpSig(
         name='leaky_relu',
@@ -589,6 +599,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:leaky_relu',
     ),
     'log': OpSig(
         name='log',
@@ -622,6 +633,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:log',
     ),
     'log_softmax': OpSig(
         name='log_softmax',
@@ -655,6 +667,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='axis',
+        reference='generator.references.reduce:log_softmax',
     ),
     'matmul': OpSig(
         name='matmul',
@@ -702,6 +715,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='matmul',
+        reference='generator.references.linalg:matmul',
     ),
     'max': OpSig(
         name='max',
@@ -740,6 +754,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='axis',
+        reference='generator.references.reduce:max',
     ),
     'maximum': OpSig(
         name='maximum',
@@ -787,6 +802,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
+        reference='generator.references.elementwise:maximum',
     ),
     'mean': OpSig(
         name='mean',
@@ -820,6 +836,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='axis',
+        reference='generator.references.reduce:mean',
     ),
     'min': OpSig(
         name='min',
@@ -858,6 +875,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='axis',
+        reference='generator.references.reduce:min',
     ),
     'minimum': OpSig(
         name='minimum',
@@ -905,6 +923,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
+        reference='generator.references.elementwise:minimum',
     ),
     'mul': OpSig(
         name='mul',
@@ -952,6 +971,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
+        reference='generator.references.elementwise:mul',
     ),
     'neg': OpSig(
         name='neg',
@@ -985,6 +1005,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:neg',
     ),
     'permute': OpSig(
         name='permute',
@@ -1049,6 +1070,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='permute',
+        reference='generator.references.linalg:permute',
     ),
     'pow': OpSig(
         name='pow',
@@ -1096,6 +1118,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
+        reference='generator.references.elementwise:pow',
     ),
     'relu': OpSig(
         name='relu',
@@ -1129,6 +1152,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:relu',
     ),
     'rms_norm': OpSig(
         name='rms_norm',
@@ -1177,6 +1201,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='trailing',
+        reference='generator.references.reduce:rms_norm',
     ),
     'rsqrt': OpSig(
         name='rsqrt',
@@ -1210,6 +1235,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:rsqrt',
     ),
     'sigmoid': OpSig(
         name='sigmoid',
@@ -1243,6 +1269,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:sigmoid',
     ),
     'silu': OpSig(
         name='silu',
@@ -1276,6 +1303,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:silu',
     ),
     'softmax': OpSig(
         name='softmax',
@@ -1309,6 +1337,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='axis',
+        reference='generator.references.reduce:softmax',
     ),
     'sqrt': OpSig(
         name='sqrt',
@@ -1342,6 +1371,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:sqrt',
     ),
     'sub': OpSig(
         name='sub',
@@ -1389,6 +1419,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
+        reference='generator.references.elementwise:sub',
     ),
     'sum': OpSig(
         name='sum',
@@ -1422,6 +1453,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='axis',
+        reference='generator.references.reduce:sum',
     ),
     'tanh': OpSig(
         name='tanh',
@@ -1455,6 +1487,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
+        reference='generator.references.elementwise:tanh',
     ),
 }
 

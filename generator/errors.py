@@ -103,6 +103,11 @@ class BuildError(ClforgeError):
         super().__init__(f"building {instance} failed:\n{log}")
 
 
+class ReferenceLookupError(ClforgeError):
+    """An op's NumPy reference is not named in its spec, or its `module:name` does not resolve
+    to a Reference or a function."""
+
+
 class UsageError(ClforgeError):
     """Bad command-line arguments or paths (the CLI exits with status 2)."""
 

@@ -17,6 +17,7 @@ from generator.references import expected
 from generator.registry import loader as registry_mod
 
 REG = registry_mod.default()
+ATTENTION = REG.op("attention")
 UNKNOWN = DeviceProfile(
     "Mystery Accelerator", "unknown", "accelerator", None, (), 0, "global", 64, 1
 )
@@ -25,7 +26,7 @@ rng = np.random.default_rng(11)
 
 def _conv_ref(x, w, bias=None, **attrs):
     inputs = {"x": x, "w": w} | ({"bias": bias} if bias is not None else {})
-    return expected("conv2d", inputs, attrs)["y"]
+    return expected(REG.op("conv2d"), inputs, attrs)["y"]
 
 
 def _tol(dtype) -> dict[str, float]:
@@ -197,18 +198,18 @@ def _attn_inputs(b, h, sq, sk, d, dv):
 )
 def test_attention_matches_numpy(causal, sq, sk, d, dv) -> None:
     q, k, v = _attn_inputs(2, 3, sq, sk, d, dv)
-    want = expected("attention", {"q": q, "k": k, "v": v}, {"causal": causal, "scale": d**-0.5})
+    want = expected(ATTENTION, {"q": q, "k": k, "v": v}, {"causal": causal, "scale": d**-0.5})
     np.testing.assert_allclose(
         ops.attention(q, k, v, causal=causal), want["o"], rtol=1e-4, atol=1e-5
     )
-    want = expected("attention", {"q": q, "k": k, "v": v}, {"causal": causal, "scale": 0.3})
+    want = expected(ATTENTION, {"q": q, "k": k, "v": v}, {"causal": causal, "scale": 0.3})
     got = ops.attention(q, k, v, causal=causal, scale=0.3)
     np.testing.assert_allclose(got, want["o"], rtol=1e-4, atol=1e-5)
 
 
 def test_attention_without_heads_on_device_and_empty() -> None:
     q, k, v = _attn_inputs(3, 0, 9, 4, 6, 5)
-    want = expected("attention", {"q": q[:, None], "k": k[:, None], "v": v[:, None]}, {})["o"]
+    want = expected(ATTENTION, {"q": q[:, None], "k": k[:, None], "v": v[:, None]}, {})["o"]
     got = ops.attention(q, k, v)
     assert got.shape == (3, 9, 5)
     np.testing.assert_allclose(got, want[:, 0], rtol=1e-4, atol=1e-5)

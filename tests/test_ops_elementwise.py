@@ -34,12 +34,12 @@ RTOL = {np.float16: 5e-3, np.float32: 2e-5, np.float64: 1e-12}
 
 
 def _input(op: str, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    domain = references.REFERENCES[op].domains.get(name, "normal")
+    domain = references.reference_of(REG.op(op)).domains.get(name, "normal")
     return references.make_input(rng, shape, np.dtype(dtype), domain)
 
 
 def _want(op: str, inputs: dict[str, np.ndarray], **attrs: Any) -> np.ndarray:
-    (out,) = references.expected(op, inputs, attrs).values()
+    (out,) = references.expected(REG.op(op), inputs, attrs).values()
     return out
 
 

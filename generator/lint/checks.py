@@ -34,6 +34,7 @@ from generator.errors import (
 )
 from generator.lint import rules
 from generator.lint.device_build import compile_problems
+from generator.references import locate
 from generator.spec.families import Families, load_families
 from generator.spec.files import FAMILIES, family_files, is_family_file
 from generator.spec.load import LoadedSpec, check_text, duplicate_ops, read_spec, spec_files
@@ -163,7 +164,27 @@ def _check_file(
         spec, found = check_text(text, rel, tree, families.of(f.parent))
         if spec is not None:
             loaded.append(spec)
+            found = found + reference_problems(spec, tree)
     return found + ([modeline] if modeline else [])
+
+
+def reference_problems(loaded: LoadedSpec, tree: Tree) -> list[Diagnostic]:
+    """The op's `reference:` must name an importable NumPy reference (a warning when absent:
+    `clforge verify`, the tuner and the tests cannot check the op's kernels without one)."""
+    path = loaded.spec.reference
+    if path is None:
+        return [
+            loaded.diagnostic(
+                ("op",),
+                "no-reference",
+                f"op {loaded.spec.op!r} names no NumPy reference, so its kernels cannot be "
+                "verified or tuned; add `reference: module:name` (README, 'Spec format')",
+            )
+        ]
+    problem = locate.problem(path, (tree.root,))
+    if problem is None:
+        return []
+    return [loaded.diagnostic(("reference",), "reference", problem)]
 
 
 def render_problems(loaded: LoadedSpec, renderer: Renderer) -> list[Diagnostic]:

@@ -113,3 +113,11 @@ REFERENCES: dict[str, Reference] = {
 }
 
 __all__ = ["BINARY_CASES", "REFERENCES", "div_trunc"]
+
+
+def __getattr__(name: str) -> Reference:
+    """`generator.references.elementwise:<op>`, the path a spec's `reference:` names."""
+    try:
+        return REFERENCES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no reference {name!r}") from None

@@ -92,3 +92,11 @@ REFERENCES: dict[str, Reference] = {
     "gemm": Reference(_gemm, cases=GEMM_CASES, reduce="K"),
     "permute": Reference(_permute, cases=PERMUTE_CASES),
 }
+
+
+def __getattr__(name: str) -> Reference:
+    """`generator.references.linalg:<op>`, the path a spec's `reference:` names."""
+    try:
+        return REFERENCES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no reference {name!r}") from None

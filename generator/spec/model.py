@@ -242,6 +242,12 @@ class OpSpec(_Model):
 
     op: StrictStr = Field(description="the op's name, a C identifier; the file is <op>.yaml")
     doc: StrictStr = Field("", description="what the op computes")
+    reference: StrictStr | None = Field(
+        None,
+        description="its NumPy reference, `module:name`: a Reference (generator.references) or "
+        "a function (inputs, attrs) -> outputs, computing in float64; `clforge verify`, the "
+        "tuner and the tests check kernels against it (e.g. generator.references.elementwise:relu)",
+    )
     dims: tuple[StrictStr, ...] = Field(
         description="symbolic dims; one name means one size everywhere"
     )

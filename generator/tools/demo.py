@@ -25,7 +25,7 @@ from generator.core.dtypes import DTYPES
 
 def _largest_case(d: Dispatcher, op_name: str) -> references.Case:
     op = d.registry.op(op_name)
-    cases = references.REFERENCES[op_name].cases or (references.Case(dict.fromkeys(op.dims, 257)),)
+    cases = references.reference_of(op).cases or (references.Case(dict.fromkeys(op.dims, 257)),)
 
     def size(c: references.Case) -> int:
         return math.prod(c.dims.values())
@@ -49,10 +49,10 @@ def _check(dtype: str, got: np.ndarray, want: np.ndarray) -> tuple[bool, float]:
 def _registry_rows(d: Dispatcher, rng: np.random.Generator) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for op_name in sorted(d.registry.ops):
-        if op_name not in references.REFERENCES:
-            continue
         op = d.registry.op(op_name)
-        ref = references.REFERENCES[op_name]
+        if not op.reference:
+            continue
+        ref = references.reference_of(op)
         dtype = "f32" if "f32" in op.dtypes else op.dtypes[0]
         case = _largest_case(d, op_name)
         shapes = {
@@ -73,7 +73,7 @@ def _registry_rows(d: Dispatcher, rng: np.random.Generator) -> list[tuple[str, .
         t0 = time.perf_counter()
         outs = d.execute(op, plan, inputs)
         ms = (time.perf_counter() - t0) * 1e3
-        want = references.expected(op_name, inputs, resolve_attrs(op, case.attrs))
+        want = references.expected(op, inputs, resolve_attrs(op, case.attrs))
         checks = [_check(dtype, outs[t.name], want[t.name]) for t in op.outputs]
         ok = all(c[0] for c in checks)
         err = max(c[1] for c in checks)

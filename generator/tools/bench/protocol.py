@@ -25,6 +25,7 @@ class InputSpec(TypedDict):
 
 class Request(TypedDict):
     op: str
+    reference: str  # the op's `module:name` (the NumPy peer computes it)
     dtype: str
     sizes: dict[str, int]
     attrs: dict[str, float | int]
@@ -52,9 +53,10 @@ class Answer(TypedDict):
 
 
 def request(op: OpSig, dtype: str, sizes: dict[str, int], attrs: dict[str, float | int]) -> Request:
-    domains = references.REFERENCES[op.name].domains
+    domains = references.reference_of(op).domains
     return {
         "op": op.name,
+        "reference": op.reference or "",
         "dtype": dtype,
         "sizes": dict(sizes),
         "attrs": dict(attrs),
