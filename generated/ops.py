@@ -405,10 +405,6 @@ def permute(
     x: Any,
     *,
     axes: tuple[int, ...] | None = None,
-    p0: int | None = None,
-    p1: int | None = None,
-    p2: int | None = None,
-    p3: int | None = None,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
     """y = x with its axes permuted: y[e0, e1, e2, e3] = x at index i where i[p_k] = e_k, i.e. numpy.transpose(x, (p0, p1, p2, p3)); E_k = D_{p_k}. It only moves data (f16 is copied as 16-bit words). The `permute` calling convention takes ranks 1 to 4 and numpy.transpose's `axes=` (default: reversed), and sets p0..p3 from it.
@@ -418,7 +414,7 @@ def permute(
     Calling convention: permute (numpy.transpose: an input of rank 0 to 4 and `axes` (default: reversed); the input is padded to rank 4 with leading 1s and p0..p3 are set from axes (leave them unset)).
     Spec: specs/permute.yaml.
     """
-    return call_op('permute', (x,), {'p0': p0, 'p1': p1, 'p2': p2, 'p3': p3}, {'axes': axes}, queue)
+    return call_op('permute', (x,), {}, {'axes': axes}, queue)
 
 
 def pow(

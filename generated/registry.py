@@ -16,6 +16,8 @@ from generator.registry.records import (
     TensorSig,
 )
 
+TREE = 'clforge'  # the tree's name (its clforge.yaml)
+
 OPS: dict[str, OpSig] = {
     'abs': OpSig(
         name='abs',

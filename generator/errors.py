@@ -108,6 +108,10 @@ class ReferenceLookupError(ClforgeError):
     to a Reference or a function."""
 
 
+class ExtensionError(ClforgeError):
+    """An extension that cannot be found or read, or two trees with one name."""
+
+
 class UsageError(ClforgeError):
     """Bad command-line arguments or paths (the CLI exits with status 2)."""
 

@@ -43,9 +43,10 @@ from generator.errors import (
     DispatchError,
     TemplateError,
 )
-from generator.params.database import load_folder
+from generator.params.database import load_folders
 from generator.params.lookup import Choice, ParamLookup
 from generator.params.space import as_params
+from generator.registry import loader as registry_mod
 from generator.registry.loader import Registry, guard_holds
 from generator.registry.records import Instance, OpSig
 from generator.runtime.launch import LaunchPlan, Runtime
@@ -74,8 +75,23 @@ class Dispatcher:
 
     def __post_init__(self) -> None:
         self.lookup: ParamLookup = self.params or ParamLookup.from_env(
-            self.profile, load_folder(self.runtime.registry.tree.tuning)
+            self.profile, load_folders(self.runtime.registry.tuning_folders())
         )
+
+    def adopt(self, reg: Registry) -> None:
+        """Serve `reg` from now on (the default registry after an extension registered): the
+        memoized choices, plans and recipes are dropped, tuning files re-read. Built programs
+        stay: an instance's kernel does not change with the registry that lists it."""
+        with self.runtime.lock:
+            self.runtime.registry = reg
+            self._plans.clear()
+            self._choices.clear()
+            self._recipes.clear()
+            overrides = self.lookup.overrides
+            self.lookup = self.params or ParamLookup.from_env(
+                self.profile, load_folders(reg.tuning_folders())
+            )
+            self.lookup.overrides.update(overrides)
 
     @classmethod
     def for_runtime(cls, runtime: Runtime, *, strict: bool = False) -> Dispatcher:
@@ -352,10 +368,13 @@ _DISPATCHERS_LOCK = threading.Lock()
 def dispatcher(queue: cl.CommandQueue | None = None) -> Dispatcher:
     """The dispatcher of `queue`, or of the default device's queue when None."""
     key = 0 if queue is None else queue.int_ptr
+    reg = registry_mod.default()  # clforge's ops and every registered extension's
     d = _DISPATCHERS.get(key)
     if d is None:
         with _DISPATCHERS_LOCK:  # one runtime per queue, however many threads ask at once
             d = _DISPATCHERS.get(key)
             if d is None:
-                d = _DISPATCHERS[key] = Dispatcher.for_runtime(Runtime(queue))
+                d = _DISPATCHERS[key] = Dispatcher.for_runtime(Runtime(queue, reg))
+    if d.registry is not reg:
+        d.adopt(reg)
     return d

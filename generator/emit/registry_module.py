@@ -36,7 +36,7 @@ def _py(obj: Any, indent: int) -> str:
     raise TypeError(f"cannot emit {type(obj).__name__} into the registry")
 
 
-def registry_source(ops: list[OpSig], instances: list[Instance]) -> str:
+def registry_source(ops: list[OpSig], instances: list[Instance], tree: str) -> str:
     specs = ", ".join(sorted(o.spec for o in ops))
     lines = [
         HEADER.format(specs=specs if len(specs) < 60 else "specs/*.yaml", doc=DOC),
@@ -51,6 +51,8 @@ def registry_source(ops: list[OpSig], instances: list[Instance]) -> str:
         "    Step,",
         "    TensorSig,",
         ")",
+        "",
+        f"TREE = {tree!r}  # the tree's name (its clforge.yaml)",
         "",
         "OPS: dict[str, OpSig] = {",
     ]

@@ -286,9 +286,7 @@ def lint(
         stale = _guarded(tree.rel(tree.generated), partial(freshness_problems, tree))
         findings += stale
         if compile and not stale:
-            findings += _guarded(
-                tree.rel(tree.generated), partial(compile_problems, tree, loaded)
-            )
+            findings += _guarded(tree.rel(tree.generated), partial(compile_problems, tree, loaded))
     return Report(
         tuple(sorted({_printable(rules.normalized(d)) for d in findings})),
         tuple(tree.rel(f) for f in files),

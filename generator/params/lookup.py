@@ -69,9 +69,7 @@ class ParamLookup:
     def __post_init__(self) -> None:
         me = Fingerprint.of(self.profile)
         ranked = [(me.level(f.device), f) for f in self.files]
-        self._ranked = sorted(
-            ((lvl, f) for lvl, f in ranked if lvl > 0), key=lambda x: -x[0]
-        )
+        self._ranked = sorted(((lvl, f) for lvl, f in ranked if lvl > 0), key=lambda x: -x[0])
         self._index: list[tuple[int, TuningFile, dict[tuple[str, str], Entry]]] = [
             (lvl, f, {e.key: e for e in f.entries}) for lvl, f in self._ranked
         ]

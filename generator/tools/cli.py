@@ -6,17 +6,37 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from generator.core.tree import DEFAULT, Tree
 from generator.errors import ClforgeError, SpecError, StaleError, UsageError
+
+if TYPE_CHECKING:
+    from generator.registry.loader import Registry
 
 Command = Callable[[argparse.Namespace], int]
 
 
 def _tree(args: argparse.Namespace) -> Tree:
+    """`--root`, else the tree whose clforge.yaml is in the working folder or above it, else
+    clforge's own."""
     from pathlib import Path
 
-    return Tree(Path(args.root).resolve()) if args.root else DEFAULT
+    from generator.core.tree import find
+
+    if args.root:
+        root = Path(args.root).resolve()
+        if not root.is_dir():
+            raise UsageError(f"--root: {args.root} is not a folder")
+        return Tree.at(root)
+    return find(Path.cwd()) or DEFAULT
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    """The registry the command works on (:func:`generator.registry.loader.for_tree`)."""
+    from generator.registry import loader
+
+    return loader.for_tree(_tree(args))
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -95,15 +115,17 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from generator.registry import loader as registry
+    from generator.core.manifest import BUILTIN_NAME
 
-    reg = registry.load(_tree(args))
+    reg = _registry(args)
     if args.op:
         reg.op(args.op)  # an unknown op is an error, not an empty listing
     for inst in sorted(reg.instances.values(), key=lambda i: i.name):
         if args.op and inst.op != args.op:
             continue
-        print(f"{inst.name:52} {','.join(inst.targets):22} {inst.guard or ''}")
+        home = reg.home(inst.name)
+        tree = f"  [{home.name}]" if home is not None and home.name != BUILTIN_NAME else ""
+        print(f"{inst.name:52} {','.join(inst.targets):22} {inst.guard or ''}{tree}".rstrip())
     return 0
 
 
@@ -151,9 +173,8 @@ def _pairs(text: str | None, what: str) -> dict[str, str]:
 def cmd_explain(args: argparse.Namespace) -> int:
     from generator.call.selection import select
     from generator.device.profile_files import find_profile
-    from generator.registry import loader as registry
 
-    reg = registry.load(_tree(args))
+    reg = _registry(args)
     op = reg.op(args.op)
     layouts = _pairs(args.layout, "layout")
     tensors = {t.name: t for t in op.inputs + op.outputs}
@@ -181,10 +202,10 @@ def cmd_explain(args: argparse.Namespace) -> int:
     sel = select(reg, profile, args.op, dtype, layouts, dims)
     choice = None
     if sel.chosen and sel.chosen.instance:
-        from generator.params.database import load_folder
+        from generator.params.database import load_folders
         from generator.params.lookup import ParamLookup
 
-        lookup = ParamLookup.from_env(profile, load_folder(reg.tree.tuning))
+        lookup = ParamLookup.from_env(profile, load_folders(reg.tuning_folders()))
         choice = lookup.choose(reg.instance(sel.chosen.instance), dims)
     if args.json:
         doc = sel.as_dict()

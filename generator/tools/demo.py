@@ -25,7 +25,9 @@ from generator.core.dtypes import DTYPES
 
 def _largest_case(d: Dispatcher, op_name: str) -> references.Case:
     op = d.registry.op(op_name)
-    cases = references.reference_of(op).cases or (references.Case(dict.fromkeys(op.dims, 257)),)
+    cases = references.reference_of(op, d.registry.roots()).cases or (
+        references.Case(dict.fromkeys(op.dims, 257)),
+    )
 
     def size(c: references.Case) -> int:
         return math.prod(c.dims.values())
@@ -52,7 +54,7 @@ def _registry_rows(d: Dispatcher, rng: np.random.Generator) -> list[tuple[str, .
         op = d.registry.op(op_name)
         if not op.reference:
             continue
-        ref = references.reference_of(op)
+        ref = references.reference_of(op, d.registry.roots())
         dtype = "f32" if "f32" in op.dtypes else op.dtypes[0]
         case = _largest_case(d, op_name)
         shapes = {
@@ -73,7 +75,7 @@ def _registry_rows(d: Dispatcher, rng: np.random.Generator) -> list[tuple[str, .
         t0 = time.perf_counter()
         outs = d.execute(op, plan, inputs)
         ms = (time.perf_counter() - t0) * 1e3
-        want = references.expected(op, inputs, resolve_attrs(op, case.attrs))
+        want = references.expected(op, inputs, resolve_attrs(op, case.attrs), d.registry.roots())
         checks = [_check(dtype, outs[t.name], want[t.name]) for t in op.outputs]
         ok = all(c[0] for c in checks)
         err = max(c[1] for c in checks)

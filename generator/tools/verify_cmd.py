@@ -30,7 +30,7 @@ def cmd_verify(args: argparse.Namespace, tree: Tree) -> int:
     from generator.runtime.launch import Runtime
     from generator.tune.verify import verify
 
-    reg = registry_mod.load(tree)
+    reg = registry_mod.for_tree(tree)
     ops = args.ops or sorted(reg.ops)
     unknown = [o for o in ops if o not in reg.ops]
     if unknown:
@@ -42,7 +42,7 @@ def cmd_verify(args: argparse.Namespace, tree: Tree) -> int:
         if inst.op not in ops:
             continue
         try:
-            references.reference_of(reg.op(inst.op))
+            references.reference_of(reg.op(inst.op), reg.roots())
         except ReferenceLookupError as exc:
             print(f"{inst.name}: FAILED: {exc}")
             failed += 1

@@ -38,7 +38,7 @@ def device_inputs(
 ) -> dict[str, cla.Array]:
     """Random inputs of the op's reference domains, on the device, in row-major layout."""
     rng = np.random.default_rng(seed)
-    ref = references.reference_of(op)
+    ref = references.reference_of(op, rt.registry.roots())
     return {
         t.name: cla.to_device(
             rt.queue,

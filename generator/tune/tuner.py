@@ -62,7 +62,8 @@ class Report:
     reused: int = 0  # candidates taken from the journal
     rejected: list[tuple[str, str, str]] = field(default_factory=list)  # instance, params, why
     skipped: int = 0  # candidates left out when the budget ran out
-    path: Path | None = None
+    path: Path | None = None  # the file written (the first, when entries went to several trees)
+    paths: list[Path] = field(default_factory=list)  # every file written
 
 
 def plan_jobs(
@@ -200,11 +201,20 @@ def tune(
     finally:
         pool.close()
     report.entries = _entries(results)
-    path = out or tree.tuning / f"{me.slug}.yaml"
-    existing = load(path) if path.is_file() else TuningFile(me)
-    updated = existing.with_entries(report.entries)
-    atomic_write(path, updated.text())
-    report.path = path
+    # each entry goes to the tuning folder of the tree its instance comes from (an extension's
+    # variants are tuned into the extension's tuning/), unless `out` names one file for all
+    by_file: dict[Path, list[Entry]] = {}
+    default = out or tree.tuning / f"{me.slug}.yaml"
+    for e in report.entries:
+        home = None if out is not None else reg.tree_of(reg.instance(e.instance))
+        path = home.tuning / f"{me.slug}.yaml" if home is not None else default
+        by_file.setdefault(path, []).append(e)
+    for path, entries in sorted(by_file.items()) or [(default, [])]:
+        existing = load(path) if path.is_file() else TuningFile(me)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, existing.with_entries(entries).text())
+        report.paths.append(path)
+    report.path = default if default in report.paths else report.paths[0]
     return report
 
 

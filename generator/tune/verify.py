@@ -125,7 +125,7 @@ def verify(rt: Runtime, inst: Instance, params: Params | None = None) -> Verdict
     guard holds, canary-padded, and compare each output with the NumPy reference."""
     reg = rt.registry
     op = reg.op(inst.op)
-    ref = references.reference_of(op)
+    ref = references.reference_of(op, reg.roots())
     chosen = params if params is not None else tuple(sorted(inst.params))
     rng = np.random.default_rng(zlib.crc32(inst.name.encode()))
     ran = 0
@@ -151,7 +151,7 @@ def verify(rt: Runtime, inst: Instance, params: Params | None = None) -> Verdict
             got = canary_launch(rt, rt.plan(inst, dims, attrs, shapes, chosen), inputs, dims)
         except VerifyError as exc:
             return Verdict(inst.name, chosen, ran, f"{case}: {exc}")
-        want = references.expected(op, inputs, attrs)
+        want = references.expected(op, inputs, attrs, reg.roots())
         reduce_len = dims.get(ref.reduce, 0) if ref.reduce else 0
         for t in op.outputs:
             problem = mismatch(

@@ -28,7 +28,7 @@ from generator.tune.verify import verify
 class Worker:
     def __init__(self) -> None:
         root = os.environ.get("CLFORGE_TREE")
-        reg = registry_mod.load(Tree(Path(root))) if root else None
+        reg = registry_mod.for_tree(Tree.at(Path(root))) if root else None
         self.rt = Runtime(reg=reg)
         self.verdicts: dict[tuple[str, Params], str | None] = {}
 
