@@ -356,7 +356,8 @@ class Dispatcher:
         sig = self.registry.op(op)
         dtype, layouts, static = specialize(sig, inputs)
         sel = self.select(op, dtype, layouts, static)
-        return CompiledOp(self, sig, dtype, layouts, self.first_that_builds(sel), sel, strict)
+        chosen = self.first_that_builds(sel)
+        return CompiledOp(self, sig, dtype, layouts, chosen, sel, strict, dict(inputs))
 
 
 # --- the default dispatcher, per queue ------------------------------------------------------

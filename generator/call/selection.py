@@ -8,6 +8,7 @@ always be explained; selection itself never raises, :func:`chosen_or_raise` does
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ class Candidate:
     level: int = -1  # specificity of the matching target; -1 when none matched
     priority: int = 0
     runtime_guard: str | None = None  # guard that could not be decided without the sizes
+    tree: str = ""  # the tree the variant comes from (clforge's, or an extension's)
 
     @property
     def rank(self) -> tuple[int, int]:
@@ -78,6 +80,7 @@ class Selection:
                     "reason": c.reason,
                     "rank": list(c.rank) if c.accepted else None,
                     "runtime_guard": c.runtime_guard,
+                    "tree": c.tree,
                 }
                 for c in self.candidates
             ],
@@ -92,14 +95,19 @@ class Selection:
             + (" dims " + ",".join(f"{k}={v}" for k, v in self.dims) if self.dims else "")
             + f" on {self.device}"
         )
-        rows = [("variant", "verdict", "instance", "reason")]
+        # the tree column appears once an extension contributes a variant
+        trees = len({c.tree for c in self.candidates}) > 1
+        rows = [("variant", "verdict", "instance", *(("tree",) if trees else ()), "reason")]
         for c in self.candidates:
             verdict = "CHOSEN" if c is chosen else ("eligible" if c.accepted else "rejected")
-            rows.append((c.variant, verdict, c.instance or "-", c.reason))
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+            rows.append(
+                (c.variant, verdict, c.instance or "-", *((c.tree,) if trees else ()), c.reason)
+            )
+        n = len(rows[0]) - 1
+        widths = [max(len(r[i]) for r in rows) for i in range(n)]
         lines = [head]
         for r in rows:
-            lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+            lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(n)) + "  " + r[n])
         lines.append(f"=> {chosen.instance}" if chosen else "=> no candidate fits")
         return "\n".join(lines)
 
@@ -232,10 +240,13 @@ def select(
     candidates: list[Candidate] = []
     for variant, instances in sorted(_variant_index(reg, op).items()):
         inst, why = _covers(instances, dtype, full)
-        if inst is None:
-            candidates.append(Candidate(variant, None, False, why))
-        else:
-            candidates.append(judge(reg, inst, profile, dims))
+        c = (
+            Candidate(variant, None, False, why)
+            if inst is None
+            else judge(reg, inst, profile, dims)
+        )
+        home = reg.home(instances[0].name)
+        candidates.append(dataclasses.replace(c, tree=home.name if home is not None else ""))
     accepted = sorted((c for c in candidates if c.accepted), key=lambda c: c.rank, reverse=True)
     rejected = [c for c in candidates if not c.accepted]
     return Selection(

@@ -47,12 +47,13 @@ def build(tree: Tree = DEFAULT) -> Output:
 
     renderer = Renderer(tree)
     ops: list[OpSig] = []
+    extended: list[OpSig] = []  # other trees' ops this tree adds variants to (`extends:`)
     instances: list[Instance] = []
     pkg = tree.package
     files: dict[str, str] = {f"{pkg}/__init__.py": INIT}
     for loaded in load_specs(tree):
         sig = loaded.signature()
-        ops.append(sig)
+        (ops if loaded.extends is None else extended).append(sig)
         for inst in expand(loaded):
             text = renderer.render(inst, sig, inst.template)
             digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -60,7 +61,7 @@ def build(tree: Tree = DEFAULT) -> Output:
             instances.append(dataclasses.replace(inst, sha256=digest))
     files[f"{pkg}/registry.py"] = registry_source(ops, instances, tree.name)
     files[f"{pkg}/ops.py"] = ops_source(ops, tree)
-    files["docs/ops.md"] = ops_doc(ops, instances)
+    files["docs/ops.md"] = ops_doc(ops, instances, tree.package, extended)
     return Output(tuple(ops), tuple(instances), files)
 
 

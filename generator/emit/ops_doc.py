@@ -27,7 +27,13 @@ def _requirements(inst: Instance) -> str:
     return ", ".join(parts) or "-"
 
 
-def ops_doc(ops: list[OpSig], instances: list[Instance]) -> str:
+def ops_doc(
+    ops: list[OpSig],
+    instances: list[Instance],
+    package: str = "generated",
+    extended: list[OpSig] | None = None,
+) -> str:
+    """The operator table of a tree: its ops, and the variants it adds to other trees' ops."""
     by_variant: dict[tuple[str, str], list[Instance]] = defaultdict(list)
     for inst in instances:
         by_variant[(inst.op, inst.variant)].append(inst)
@@ -36,7 +42,7 @@ def ops_doc(ops: list[OpSig], instances: list[Instance]) -> str:
         "# Operator table",
         "",
         f"{len(ops)} ops, {len(instances)} kernel instances. Each op's eager function is "
-        "`generated.ops.<op>`; the variant a call gets is shown by `clforge explain`.",
+        f"`{package}.ops.<op>`; the variant a call gets is shown by `clforge explain`.",
         "",
         "| op | inputs | outputs | dtypes | call | variants |",
         "| --- | --- | --- | --- | --- | --- |",
@@ -49,36 +55,52 @@ def ops_doc(ops: list[OpSig], instances: list[Instance]) -> str:
             f"{op.call} | {', '.join(variants)} |"
         )
     for op in sorted(ops, key=lambda o: o.name):
-        lines += ["", f"## {op.name}", "", op.doc or "", ""]
-        if op.attrs:
-            lines.append(
-                "Attributes: "
-                + ", ".join(f"`{a.name}` ({a.type}, default {a.default})" for a in op.attrs)
-                + "."
-            )
-            lines.append("")
-        lines += [
-            f"Spec: `{op.spec}`.",
-            "",
-            "| variant | arch | dtypes | layouts | requires | guard | priority | params |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for (o, v), insts in sorted(by_variant.items()):
-            if o != op.name:
-                continue
-            first = insts[0]
-            layouts = sorted(
-                {
-                    ",".join(f"{t}={lay}" for t, lay in i.layouts if len(op.tensor(t).layouts) > 1)
-                    for i in insts
-                }
-                - {""}
-            )
-            lines.append(
-                f"| {v} | {', '.join(first.targets)} | "
-                f"{', '.join(sorted({i.dtype for i in insts}))} | "
-                f"{'; '.join(layouts) or '-'} | {_requirements(first)} | "
-                f"{('`' + first.guard + '`') if first.guard else '-'} | {first.priority} | "
-                f"{', '.join(f'{k}={x}' for k, x in first.params) or '-'} |"
-            )
+        lines += _op_section(op, by_variant)
+    if extended:
+        lines += ["", "# Variants for other trees' ops", ""]
+        for op in sorted(extended, key=lambda o: o.name):
+            lines += _op_section(op, by_variant, own=False)
     return "\n".join(lines) + "\n"
+
+
+def _op_section(
+    op: OpSig, by_variant: dict[tuple[str, str], list[Instance]], own: bool = True
+) -> list[str]:
+    """One op's heading, attributes, spec and variant table (for an op another tree defines:
+    only the variants this tree adds)."""
+    lines = ["", f"## {op.name}", ""]
+    lines += (
+        [op.doc or "", ""] if own else ["Defined by another tree; the variants added here:", ""]
+    )
+    if op.attrs and own:
+        lines.append(
+            "Attributes: "
+            + ", ".join(f"`{a.name}` ({a.type}, default {a.default})" for a in op.attrs)
+            + "."
+        )
+        lines.append("")
+    lines += [
+        f"Spec: `{op.spec}`.",
+        "",
+        "| variant | arch | dtypes | layouts | requires | guard | priority | params |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for (o, v), insts in sorted(by_variant.items()):
+        if o != op.name:
+            continue
+        first = insts[0]
+        layouts = sorted(
+            {
+                ",".join(f"{t}={lay}" for t, lay in i.layouts if len(op.tensor(t).layouts) > 1)
+                for i in insts
+            }
+            - {""}
+        )
+        lines.append(
+            f"| {v} | {', '.join(first.targets)} | "
+            f"{', '.join(sorted({i.dtype for i in insts}))} | "
+            f"{'; '.join(layouts) or '-'} | {_requirements(first)} | "
+            f"{('`' + first.guard + '`') if first.guard else '-'} | {first.priority} | "
+            f"{', '.join(f'{k}={x}' for k, x in first.params) or '-'} |"
+        )
+    return lines

@@ -11,7 +11,9 @@ that does not exist) and a missing device for `compile=True` raise.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,7 +39,14 @@ from generator.lint.device_build import compile_problems
 from generator.references import locate
 from generator.spec.families import Families, load_families
 from generator.spec.files import FAMILIES, family_files, is_family_file
-from generator.spec.load import LoadedSpec, check_text, duplicate_ops, read_spec, spec_files
+from generator.spec.load import (
+    LoadedSpec,
+    check_text,
+    clean_variants,
+    duplicate_ops,
+    read_spec,
+    spec_files,
+)
 
 MODELINE = "# yaml-language-server: $schema=schema.json"
 FAMILY_MODELINE = "# yaml-language-server: $schema=../schema.json"  # in specs/families/
@@ -165,6 +174,10 @@ def _check_file(
         if spec is not None:
             loaded.append(spec)
             found = found + reference_problems(spec, tree)
+        else:  # the variants without findings still get their templates rendered
+            part = clean_variants(text, rel, found)
+            if part is not None:
+                found = found + render_problems(part, Renderer(tree))
     return found + ([modeline] if modeline else [])
 
 
@@ -291,6 +304,21 @@ def lint(
         tuple(sorted({_printable(rules.normalized(d)) for d in findings})),
         tuple(tree.rel(f) for f in files),
     )
+
+
+def combined(reports: Sequence[Report], trees: Sequence[Tree]) -> Report:
+    """The reports of several trees as one, each path made relative to the working folder."""
+
+    def moved(path: str, tree: Tree) -> str:
+        return os.path.relpath(tree.root / path) if path else path
+
+    findings = [
+        dataclasses.replace(d, loc=dataclasses.replace(d.loc, path=moved(d.loc.path, t)))
+        for r, t in zip(reports, trees, strict=True)
+        for d in r.findings
+    ]
+    files = [moved(f, t) for r, t in zip(reports, trees, strict=True) for f in r.files]
+    return Report(tuple(sorted(findings)), tuple(files))
 
 
 def _printable(d: Diagnostic) -> Diagnostic:

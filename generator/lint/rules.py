@@ -92,6 +92,12 @@ RULES: tuple[Rule, ...] = (
         "an op's `reference:` is not an importable `module:name` of a Reference or a function",
         "names",
     ),
+    Rule(
+        "extends",
+        _E,
+        "an `extends:` file names an op that no other registered tree defines, or one that fails",
+        "names",
+    ),
     Rule("undeclared-dim", _E, "a tensor shape uses a dim that `dims` does not declare", "dims"),
     Rule(
         "unbound-dim",

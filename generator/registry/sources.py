@@ -16,6 +16,7 @@ broken `CLFORGE_PATH` entry or :func:`register` call is an :class:`ExtensionErro
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
 import importlib.util
@@ -232,8 +233,9 @@ def _name_in_registry(folder: Path, how: str) -> str:
     try:
         for line in (folder / "registry.py").read_text(encoding="utf-8").splitlines():
             if line.startswith("TREE = "):
-                name = line.removeprefix("TREE = ").strip().strip("'\"")
-                if name:
+                value = line.removeprefix("TREE = ").split("#")[0].strip()
+                name = ast.literal_eval(value) if value[:1] in "'\"" else None
+                if isinstance(name, str) and name:
                     return name
     except OSError as exc:
         raise ExtensionError(f"{how}: cannot read {folder / 'registry.py'}: {exc}") from None

@@ -287,3 +287,20 @@ class OpSpec(_Model):
 
     def layouts_of(self, tensor: str) -> tuple[str, ...]:
         return self.layouts.get(tensor, ("row",))
+
+
+class ExtendsSpec(_Model):
+    """Variants an extension adds to an op that another tree defines (clforge's own, or another
+    registered extension's): the op's signature stays the other tree's; these variants are
+    checked against it, and for ties with every other variant of the op in every tree."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", title="clforge variants for an op")
+
+    extends: StrictStr = Field(
+        description="the op these variants serve, defined by another registered tree; the file "
+        "is <op>.yaml"
+    )
+    doc: StrictStr = Field("", description="what these variants add (e.g. the hardware)")
+    variants: tuple[VariantSpec, ...] = Field(
+        min_length=1, description="the variants added, as in an op spec; names unique in the op"
+    )

@@ -39,26 +39,44 @@ def _registry(args: argparse.Namespace) -> Registry:
     return loader.for_tree(_tree(args))
 
 
+def _trees(args: argparse.Namespace) -> list[Tree]:
+    """The tree of `--root` (or of the working folder), or with `--all` every registered tree
+    that has its folder here (clforge's, then the extensions')."""
+    tree = _tree(args)
+    if not getattr(args, "all", False):
+        return [tree]
+    from generator.registry import sources
+
+    found = [s.tree for s in sources.sources() if s.tree is not None]
+    if all(t.root.resolve() != tree.root.resolve() for t in found):
+        found.append(tree)
+    return found
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from generator.emit.generate import generate
 
-    tree = _tree(args)
-    try:
-        p = generate(tree, check=args.check)
-    except StaleError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    if args.check:
-        print(f"generated files are up to date ({p.unchanged} files)")
-    else:
+    status = 0
+    for tree in _trees(args):
+        shown = f" (tree {tree.name}, {tree.root})" if args.all else ""
+        try:
+            p = generate(tree, check=args.check)
+        except StaleError as exc:
+            print(f"{exc}{shown}", file=sys.stderr)
+            status = 1
+            continue
+        if args.check:
+            print(f"generated files are up to date ({p.unchanged} files){shown}")
+            continue
         print(
-            f"generated: {len(p.write)} written, {len(p.remove)} removed, {p.unchanged} unchanged"
+            f"generated: {len(p.write)} written, {len(p.remove)} removed, "
+            f"{p.unchanged} unchanged{shown}"
         )
         for rel in p.write:
             print(f"  wrote   {rel}")
         for rel in p.remove:
             print(f"  removed {rel}")
-    return 0
+    return status
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -94,21 +112,28 @@ def cmd_lint(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from generator.errors import DeviceError
-    from generator.lint.checks import FORMATS, lint, list_rules
+    from generator.lint.checks import FORMATS, combined, lint, list_rules
 
     if args.list_rules:
         sys.stdout.write(list_rules())
         return 0
+    if args.all and args.paths:
+        raise UsageError("lint --all lints every registered tree's specs/: name no paths")
+    trees = _trees(args)
     try:
-        report = lint(
-            [Path(p) for p in args.paths],
-            _tree(args),
-            freshness=not args.no_freshness,
-            compile=args.compile,
-        )
+        reports = [
+            lint(
+                [Path(p) for p in args.paths],
+                tree,
+                freshness=not args.no_freshness,
+                compile=args.compile,
+            )
+            for tree in trees
+        ]
     except DeviceError as exc:
         print(f"clforge lint: error: {exc}", file=sys.stderr)
         return 2
+    report = reports[0] if len(reports) == 1 else combined(reports, trees)
     sys.stdout.write(FORMATS[args.format](report))
     print(report.summary(), file=sys.stderr)
     return report.exit_code(strict=args.strict)
@@ -255,6 +280,15 @@ def _device_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _all_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help=f"{what} every registered tree with its folder here (clforge's and the extensions' "
+        "found by entry points, CLFORGE_PATH), not only this one",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clforge", description=__doc__)
     parser.add_argument("--root", help="the clforge tree (default: this repository)")
@@ -266,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write nothing; exit 1 naming the files if generated/ is stale",
     )
+    _all_option(g, "generate")
     g.set_defaults(func=cmd_generate)
 
     s = sub.add_parser("schema", help="print the JSON Schema of the spec format")
@@ -295,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     li.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     li.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+    _all_option(li, "lint")
     li.set_defaults(func=cmd_lint)
 
     ls = sub.add_parser("list", help="list the registry's instances")

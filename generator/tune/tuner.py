@@ -201,14 +201,8 @@ def tune(
     finally:
         pool.close()
     report.entries = _entries(results)
-    # each entry goes to the tuning folder of the tree its instance comes from (an extension's
-    # variants are tuned into the extension's tuning/), unless `out` names one file for all
-    by_file: dict[Path, list[Entry]] = {}
     default = out or tree.tuning / f"{me.slug}.yaml"
-    for e in report.entries:
-        home = None if out is not None else reg.tree_of(reg.instance(e.instance))
-        path = home.tuning / f"{me.slug}.yaml" if home is not None else default
-        by_file.setdefault(path, []).append(e)
+    by_file = files_for(reg, report.entries, default, me.slug, out is not None)
     for path, entries in sorted(by_file.items()) or [(default, [])]:
         existing = load(path) if path.is_file() else TuningFile(me)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -216,6 +210,20 @@ def tune(
         report.paths.append(path)
     report.path = default if default in report.paths else report.paths[0]
     return report
+
+
+def files_for(
+    reg: Registry, entries: Iterable[Entry], default: Path, slug: str, one_file: bool
+) -> dict[Path, list[Entry]]:
+    """Where each entry is written: the tuning folder of the tree its instance comes from (an
+    extension's variants are tuned into the extension's tuning/, clforge's into clforge's), or
+    `default` for all of them when `one_file` (`--out`) or when the tree has no folder here."""
+    out: dict[Path, list[Entry]] = {}
+    for e in entries:
+        home = None if one_file else reg.tree_of(reg.instance(e.instance))
+        path = home.tuning / f"{slug}.yaml" if home is not None else default
+        out.setdefault(path, []).append(e)
+    return out
 
 
 def _measure(
@@ -313,4 +321,4 @@ def stale_entries(reg: Registry, files: Iterable[TuningFile]) -> list[tuple[str,
     return out
 
 
-__all__ = ["Job", "Report", "plan_jobs", "stale_entries", "tune"]
+__all__ = ["Job", "Report", "files_for", "plan_jobs", "stale_entries", "tune"]

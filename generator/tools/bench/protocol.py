@@ -8,6 +8,8 @@ with an outcome: the median seconds of one call, or a note that says why there i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import NotRequired, TypedDict
 
 import numpy as np
@@ -26,6 +28,7 @@ class InputSpec(TypedDict):
 class Request(TypedDict):
     op: str
     reference: str  # the op's `module:name` (the NumPy peer computes it)
+    roots: list[str]  # where an extension's reference module imports from
     dtype: str
     sizes: dict[str, int]
     attrs: dict[str, float | int]
@@ -52,11 +55,19 @@ class Answer(TypedDict):
     outcomes: NotRequired[list[Outcome]]
 
 
-def request(op: OpSig, dtype: str, sizes: dict[str, int], attrs: dict[str, float | int]) -> Request:
-    domains = references.reference_of(op).domains
+def request(
+    op: OpSig,
+    dtype: str,
+    sizes: dict[str, int],
+    attrs: dict[str, float | int],
+    roots: Sequence[Path] = (),
+) -> Request:
+    """A case for a peer's process; `roots`: the trees' folders, for an extension's reference."""
+    domains = references.reference_of(op, roots).domains
     return {
         "op": op.name,
         "reference": op.reference or "",
+        "roots": [str(r) for r in roots],
         "dtype": dtype,
         "sizes": dict(sizes),
         "attrs": dict(attrs),

@@ -12,7 +12,7 @@ from typing import Any
 
 from generator.call.dispatcher import dispatcher
 from generator.core.tree import DEFAULT
-from generator.tools.bench.cases import selected
+from generator.tools.bench.cases import extension_cases, selected
 from generator.tools.bench.chart import write_chart
 from generator.tools.bench.clforge_side import GenericPace, copy_bandwidth, requests, time_case
 from generator.tools.bench.overhead import bench_first_call, bench_overhead
@@ -57,7 +57,7 @@ def run_bench(as_json: bool = False, quick: bool = False, out_dir: Path | None =
     s = QUICK if quick else FULL
     out_dir = out_dir or DEFAULT.root / "bench-results"
     d = dispatcher()
-    cases = selected(quick)
+    cases = selected(quick) + [c.at(quick) for c in extension_cases(d.registry)]
     reqs = requests(d.registry, cases)
     progress(f"copy bandwidth ({s.copy_bytes // 2**20} MiB)")
     bw = copy_bandwidth(d.runtime.queue, s.timing, s.copy_bytes)
