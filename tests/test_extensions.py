@@ -323,3 +323,16 @@ def test_the_bench_covers_an_extensions_ops(registered: sources.Source) -> None:
     (req,) = requests(reg, [quick])
     assert req["roots"] and req["reference"] == "swiglu_refs:swiglu"
     assert isinstance(peer_numpy.prepare(req), Call)  # the NumPy peer runs its reference
+
+
+def test_lint_finds_the_tree_of_the_files_it_is_given() -> None:
+    done = clforge("lint", str(EXAMPLE / "specs" / "swiglu.yaml"), cwd=ROOT.parent)
+    assert done.returncode == 0, done.stdout + done.stderr  # templates from the example's tree
+    assert "in no tree" not in done.stderr
+
+
+@pytest.mark.slow
+def test_lint_compile_builds_an_extensions_instances() -> None:
+    done = clforge("--root", str(EXAMPLE), "lint", "--compile")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == ""

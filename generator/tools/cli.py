@@ -32,6 +32,30 @@ def _tree(args: argparse.Namespace) -> Tree:
     return find(Path.cwd()) or DEFAULT
 
 
+def _tree_of_paths(paths: Sequence[str]) -> Tree:
+    """The tree the spec files named on the command line are in: the nearest clforge.yaml above
+    them (all in one tree), else clforge's own, which is then said on standard error."""
+    from pathlib import Path
+
+    from generator.core.tree import find
+
+    found = {
+        find(Path(p).resolve().parent if Path(p).is_file() else Path(p).resolve()) for p in paths
+    }
+    if len(found) > 1:
+        roots = ", ".join(sorted(str(t.root) if t else "(none)" for t in found))
+        raise UsageError(f"the paths are in several trees ({roots}); lint each tree on its own")
+    (tree,) = found
+    if tree is None:
+        print(
+            "clforge lint: the paths are in no tree (no clforge.yaml above them): templates are "
+            f"looked up in {DEFAULT.templates}; --root DIR names the tree",
+            file=sys.stderr,
+        )
+        return DEFAULT
+    return tree
+
+
 def _registry(args: argparse.Namespace) -> Registry:
     """The registry the command works on (:func:`generator.registry.loader.for_tree`)."""
     from generator.registry import loader
@@ -119,7 +143,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
         return 0
     if args.all and args.paths:
         raise UsageError("lint --all lints every registered tree's specs/: name no paths")
-    trees = _trees(args)
+    trees = _trees(args) if args.root or not args.paths else [_tree_of_paths(args.paths)]
     try:
         reports = [
             lint(
