@@ -41,6 +41,7 @@ class Candidate:
     priority: int = 0
     runtime_guard: str | None = None  # guard that could not be decided without the sizes
     tree: str = ""  # the tree the variant comes from (clforge's, or an extension's)
+    measured_us: float | None = None  # the tuner's time at this call's shape bucket, if any
 
     @property
     def rank(self) -> tuple[int, int]:
@@ -81,6 +82,7 @@ class Selection:
                     "rank": list(c.rank) if c.accepted else None,
                     "runtime_guard": c.runtime_guard,
                     "tree": c.tree,
+                    "measured_us": c.measured_us,
                 }
                 for c in self.candidates
             ],
@@ -259,6 +261,38 @@ def select(
     )
 
 
+def by_measurement(sel: Selection, times: Mapping[str, tuple[float, str]]) -> Selection:
+    """`sel` with the accepted candidate that the tuner measured fastest at this call's shape
+    bucket first, when it measured two or more of them (`times`: instance -> microseconds and
+    where that was recorded): the crossover between variants, e.g. a direct kernel against a
+    packed routine by size, as measured on this device. Otherwise the ranking stands."""
+    accepted = [c for c in sel.candidates if c.accepted]
+    timed = {c.instance: times[c.instance] for c in accepted if c.instance and c.instance in times}
+    if len(timed) < 2:
+        return sel
+    best = min(timed, key=lambda name: timed[name][0])
+    t, where = timed[best]
+    others = ", ".join(
+        f"{c.variant} {timed[c.instance][0]:.1f} us"
+        for c in accepted
+        if c.instance in timed and c.instance != best
+    )
+    note = f"; measured fastest at this shape: {t:.1f} us vs {others} ({where})"
+    marked = [
+        dataclasses.replace(
+            c,
+            measured_us=timed[c.instance][0],
+            reason=c.reason + (note if c.instance == best else ""),
+        )
+        if c.instance in timed
+        else c
+        for c in accepted
+    ]
+    ordered = sorted(marked, key=lambda c: c.instance != best)  # stable: the rest keep rank
+    rejected = [c for c in sel.candidates if not c.accepted]
+    return dataclasses.replace(sel, candidates=(*ordered, *rejected))
+
+
 def chosen_or_raise(sel: Selection) -> Candidate:
     chosen = sel.chosen
     if chosen is None:
@@ -271,6 +305,7 @@ def chosen_or_raise(sel: Selection) -> Candidate:
         and c.rank == chosen.rank
         and c.runtime_guard is None
         and chosen.runtime_guard is None
+        and (chosen.measured_us is None or c.measured_us is None)
     ]
     if ties:
         raise DispatchError(

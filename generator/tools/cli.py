@@ -247,14 +247,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
     dtype = args.dtype or op.dtypes[0]
     if dtype not in op.dtypes:
         raise UsageError(f"--dtype: {args.op} supports {', '.join(op.dtypes)}, not {dtype!r}")
+    from generator.call.selection import by_measurement
+    from generator.params.database import load_folders
+    from generator.params.lookup import ParamLookup
+
     profile = find_profile(args.device)
+    lookup = ParamLookup.from_env(profile, load_folders(reg.tuning_folders()))
     sel = select(reg, profile, args.op, dtype, layouts, dims)
+    if len(dims) == len(op.dims):  # the tuner's measurements at this shape, if any
+        names = [c.instance for c in sel.candidates if c.accepted]
+        sel = by_measurement(sel, lookup.times(reg.instances, names, dims))
     choice = None
     if sel.chosen and sel.chosen.instance:
-        from generator.params.database import load_folders
-        from generator.params.lookup import ParamLookup
-
-        lookup = ParamLookup.from_env(profile, load_folders(reg.tuning_folders()))
         choice = lookup.choose(reg.instance(sel.chosen.instance), dims)
     if args.json:
         doc = sel.as_dict()
