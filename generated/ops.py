@@ -82,15 +82,15 @@ def add(
 def argmax(
     x: Any,
     *,
-    axis: int = -1,
+    axis: int | None = None,
     keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[b, i] = the index r of the largest x[b, r, i] (i32), over any one axis (call: axis; keepdims). Ties go to the first index and a NaN counts as the largest (its first occurrence), like NumPy. An empty axis is an error.
+    """y[b, i] = the index r of the largest x[b, r, i] (i32), over one axis, or every axis of the flattened input with axis=None (the default), as NumPy's (call: axis; keepdims). Ties go to the first index and a NaN counts as the largest (its first occurrence), like NumPy. An empty axis is an error.
 
     Inputs: x [B, R, I] (f32|f64|f16|i32).
     Returns: y [B, I] (i32).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/argmax.yaml.
     """
     return call_op('argmax', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
@@ -265,7 +265,7 @@ def log_softmax(
 
     Inputs: x [B, R, I] (f32|f64|f16).
     Returns: y [B, R, I] (f32|f64|f16).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/log_softmax.yaml.
     """
     return call_op('log_softmax', (x,), {}, {'axis': axis}, queue)
@@ -290,15 +290,15 @@ def matmul(
 def max(
     x: Any,
     *,
-    axis: int = -1,
+    axis: int | tuple[int, ...] | None = None,
     keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[b, i] = max over r of x[b, r, i], over any one axis (call: axis; keepdims). NaN propagates like NumPy. An empty axis is an error (no identity).
+    """y[b, i] = max over r of x[b, r, i], NumPy's max over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims); axes that are not adjacent take one launch per group of adjacent axes. NaN propagates like NumPy. An empty axis is an error (no identity).
 
     Inputs: x [B, R, I] (f32|f64|f16|i32).
     Returns: y [B, I] (f32|f64|f16|i32).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/max.yaml.
     """
     return call_op('max', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
@@ -323,15 +323,15 @@ def maximum(
 def mean(
     x: Any,
     *,
-    axis: int = -1,
+    axis: int | tuple[int, ...] | None = None,
     keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[b, i] = mean over r of x[b, r, i], over any one axis (call: axis; keepdims). Sums accumulate in float for f16. The mean of an empty axis is NaN, like NumPy (which also warns).
+    """y[b, i] = mean over r of x[b, r, i], NumPy's mean over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims); axes that are not adjacent take one launch per group of adjacent axes (a mean of means, f16 rounding to half between launches). Sums accumulate in float for f16. The mean of an empty axis is NaN, like NumPy (which also warns).
 
     Inputs: x [B, R, I] (f32|f64|f16).
     Returns: y [B, I] (f32|f64|f16).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/mean.yaml.
     """
     return call_op('mean', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
@@ -340,15 +340,15 @@ def mean(
 def min(
     x: Any,
     *,
-    axis: int = -1,
+    axis: int | tuple[int, ...] | None = None,
     keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[b, i] = min over r of x[b, r, i], over any one axis (call: axis; keepdims). NaN propagates like NumPy. An empty axis is an error (no identity).
+    """y[b, i] = min over r of x[b, r, i], NumPy's min over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims); axes that are not adjacent take one launch per group of adjacent axes. NaN propagates like NumPy. An empty axis is an error (no identity).
 
     Inputs: x [B, R, I] (f32|f64|f16|i32).
     Returns: y [B, I] (f32|f64|f16|i32).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/min.yaml.
     """
     return call_op('min', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
@@ -525,7 +525,7 @@ def softmax(
 
     Inputs: x [B, R, I] (f32|f64|f16).
     Returns: y [B, R, I] (f32|f64|f16).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/softmax.yaml.
     """
     return call_op('softmax', (x,), {}, {'axis': axis}, queue)
@@ -565,15 +565,15 @@ def sub(
 def sum(
     x: Any,
     *,
-    axis: int = -1,
+    axis: int | tuple[int, ...] | None = None,
     keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[b, i] = sum over r of x[b, r, i], a reduction over any one axis (call: axis; keepdims). An empty axis sums to 0. i32 accumulates in 32 bits and wraps modulo 2^32 on overflow, like C unsigned arithmetic (NumPy's default would widen to int64).
+    """y[b, i] = sum over r of x[b, r, i], NumPy's sum over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims). An empty axis sums to 0. Axes that are not adjacent are reduced one group of adjacent axes per launch (f16 rounds to half between launches). i32 accumulates in 32 bits and wraps modulo 2^32 on overflow, like C unsigned arithmetic (NumPy's default would widen to int64).
 
     Inputs: x [B, R, I] (f32|f64|f16|i32).
     Returns: y [B, I] (f32|f64|f16|i32).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/sum.yaml.
     """
     return call_op('sum', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)

@@ -101,7 +101,7 @@ OPS: dict[str, OpSig] = {
     ),
     'argmax': OpSig(
         name='argmax',
-        doc='y[b, i] = the index r of the largest x[b, r, i] (i32), over any one axis (call: axis; keepdims). Ties go to the first index and a NaN counts as the largest (its first occurrence), like NumPy. An empty axis is an error.',
+        doc="y[b, i] = the index r of the largest x[b, r, i] (i32), over one axis, or every axis of the flattened input with axis=None (the default), as NumPy's (call: axis; keepdims). Ties go to the first index and a NaN counts as the largest (its first occurrence), like NumPy. An empty axis is an error.",
         dims=('B', 'R', 'I'),
         inputs=(
             TensorSig(
@@ -719,7 +719,7 @@ OPS: dict[str, OpSig] = {
     ),
     'max': OpSig(
         name='max',
-        doc='y[b, i] = max over r of x[b, r, i], over any one axis (call: axis; keepdims). NaN propagates like NumPy. An empty axis is an error (no identity).',
+        doc="y[b, i] = max over r of x[b, r, i], NumPy's max over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims); axes that are not adjacent take one launch per group of adjacent axes. NaN propagates like NumPy. An empty axis is an error (no identity).",
         dims=('B', 'R', 'I'),
         inputs=(
             TensorSig(
@@ -806,7 +806,7 @@ OPS: dict[str, OpSig] = {
     ),
     'mean': OpSig(
         name='mean',
-        doc='y[b, i] = mean over r of x[b, r, i], over any one axis (call: axis; keepdims). Sums accumulate in float for f16. The mean of an empty axis is NaN, like NumPy (which also warns).',
+        doc="y[b, i] = mean over r of x[b, r, i], NumPy's mean over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims); axes that are not adjacent take one launch per group of adjacent axes (a mean of means, f16 rounding to half between launches). Sums accumulate in float for f16. The mean of an empty axis is NaN, like NumPy (which also warns).",
         dims=('B', 'R', 'I'),
         inputs=(
             TensorSig(
@@ -840,7 +840,7 @@ OPS: dict[str, OpSig] = {
     ),
     'min': OpSig(
         name='min',
-        doc='y[b, i] = min over r of x[b, r, i], over any one axis (call: axis; keepdims). NaN propagates like NumPy. An empty axis is an error (no identity).',
+        doc="y[b, i] = min over r of x[b, r, i], NumPy's min over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims); axes that are not adjacent take one launch per group of adjacent axes. NaN propagates like NumPy. An empty axis is an error (no identity).",
         dims=('B', 'R', 'I'),
         inputs=(
             TensorSig(
@@ -1423,7 +1423,7 @@ OPS: dict[str, OpSig] = {
     ),
     'sum': OpSig(
         name='sum',
-        doc="y[b, i] = sum over r of x[b, r, i], a reduction over any one axis (call: axis; keepdims). An empty axis sums to 0. i32 accumulates in 32 bits and wraps modulo 2^32 on overflow, like C unsigned arithmetic (NumPy's default would widen to int64).",
+        doc="y[b, i] = sum over r of x[b, r, i], NumPy's sum over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims). An empty axis sums to 0. Axes that are not adjacent are reduced one group of adjacent axes per launch (f16 rounds to half between launches). i32 accumulates in 32 bits and wraps modulo 2^32 on overflow, like C unsigned arithmetic (NumPy's default would widen to int64).",
         dims=('B', 'R', 'I'),
         inputs=(
             TensorSig(

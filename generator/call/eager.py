@@ -19,10 +19,12 @@ import pyopencl.array as cla
 from generator.call.binding import bind_dims, call_types, outputs_in_order
 from generator.call.dispatcher import Dispatcher, dispatcher
 from generator.conventions import CONVENTIONS
+from generator.conventions.base import Then
 from generator.core.dtypes import DTYPES
 from generator.errors import CallError, ClforgeError
 from generator.registry.records import OpSig
 from generator.runtime.launch import LaunchPlan, OutputSpec, Runtime
+from generator.runtime.transfer import to_host, upload
 
 
 def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -69,6 +71,7 @@ class EagerCall:
     inputs: dict[str, Any]
     attrs: dict[str, Any]
     finish: Callable[[dict[str, Any]], dict[str, Any]]
+    then: Then | None = None
 
 
 def prepare(
@@ -95,7 +98,7 @@ def prepare(
     except (TypeError, ValueError, np.exceptions.AxisError) as exc:  # last line of defence
         raise CallError(f"{op}: {exc}") from None
     merged = {**canon.attrs, **{k: v for k, v in attrs.items() if v is not None}}
-    return EagerCall(d, sig, filled, merged, canon.finish)
+    return EagerCall(d, sig, filled, merged, canon.finish, canon.then)
 
 
 def call_op(
@@ -116,8 +119,15 @@ def call_op(
     if key is not None:
         recipe = d._recipes.get(key)
         if recipe is not None:
-            return recipe.run(d.runtime, inputs)
+            return _then(op, recipe.run(d.runtime, inputs), attrs, recipe.then, queue)
     c = prepare(op, inputs, attrs, options, queue)
+    if c.then is not None and any(isinstance(a, np.ndarray | np.generic) for a in inputs):
+        # several launches: NumPy inputs go to the device once, the result comes back once
+        on_device = tuple(
+            upload(d.runtime, np.asarray(a), "row") if isinstance(a, np.ndarray | np.generic) else a
+            for a in inputs
+        )
+        return to_host(call_op(op, on_device, attrs, options, queue))
     plan = d.plan_for(c.op, c.inputs, c.attrs)
     outs = d.execute(c.op, plan, c.inputs)
     result = c.finish(outs)
@@ -125,7 +135,21 @@ def call_op(
         recipe = Recipe.learn(c, plan, inputs, outs, result)
         if recipe is not None:
             d._recipes[key] = recipe
-    return outputs_in_order(c.op, result)
+    return _then(op, outputs_in_order(c.op, result), attrs, c.then, queue)
+
+
+def _then(
+    op: str,
+    result: Any,
+    attrs: Mapping[str, Any],
+    then: Then | None,
+    queue: cl.CommandQueue | None,
+) -> Any:
+    """`result`, or, when the convention asked for a further call of the op on it (see
+    :class:`generator.conventions.base.Then`), that call's result viewed as `then.shape`."""
+    if then is None:
+        return result
+    return call_op(op, (result,), attrs, then.options, queue).reshape(then.shape)
 
 
 def _recipe_key(
@@ -160,6 +184,7 @@ class Recipe:
     plan: LaunchPlan
     sources: tuple[tuple[str, int | None, Any], ...]  # (tensor, call input index, constant)
     outputs: tuple[OutputSpec, ...]  # the final shapes and strides, allocated directly
+    then: Then | None = None  # the convention's further call on the result
 
     @classmethod
     def learn(
@@ -198,7 +223,7 @@ class Recipe:
             ):
                 return None  # the convention made something other than a view: not memoized
             outputs.append((name, tuple(final.shape), dt, tuple(final.strides)))
-        return cls(c.op, plan, tuple(sources), tuple(outputs))
+        return cls(c.op, plan, tuple(sources), tuple(outputs), c.then)
 
     def run(self, rt: Runtime, given: Sequence[Any]) -> Any:
         buffers = {

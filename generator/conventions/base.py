@@ -23,12 +23,23 @@ class PyParam:
 
 
 @dataclass(frozen=True)
+class Then:
+    """A further call of the same op, on the (one) result of this one, for a call that one
+    launch cannot do (a reduction over axes that are not adjacent: one group of axes at a time).
+    `options` are that call's convention options; its result is viewed as `shape`."""
+
+    options: Mapping[str, Any]
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Canonical:
     """A call in the op's own terms, and how to turn the op's outputs into the call's result."""
 
     inputs: dict[str, Any]  # arrays shaped as the spec says; omitted optional inputs absent
     attrs: dict[str, Any] = field(default_factory=dict)
     finish: Callable[[dict[str, Any]], dict[str, Any]] = lambda outs: outs
+    then: Then | None = None  # a further call on the finished result, if one launch is not all
 
 
 class Convention:

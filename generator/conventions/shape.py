@@ -7,10 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from generator.conventions.axes import first_step, reduced_axes, reduced_shape
 from generator.conventions.base import (
     Canonical,
     Convention,
     PyParam,
+    Then,
     array_of,
     normalize_axis,
     prod,
@@ -99,42 +101,73 @@ class Axis(Convention):
     name = "axis"
     doc = (
         "an `axis` argument: the first input is viewed as [B, R, I] around that axis; "
-        "outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)"
+        "outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: "
+        "`axis` None (every axis, the default), an int or, where the outputs have the input's "
+        "dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per "
+        "group of adjacent axes; `keepdims` keeps 1s)"
     )
 
     def _reduces(self, op: OpSig) -> bool:
         return any(len(t.shape) == 2 for t in op.outputs)
 
+    def _several(self, op: OpSig) -> bool:
+        """A reduction whose outputs have the input's dtype composes (sum of sums, max of
+        maxes), so it can take several axes; one that outputs indices (argmax) cannot."""
+        return all(t.dtype is None for t in op.outputs)
+
     def params(self, op: OpSig) -> tuple[PyParam, ...]:
-        axis = PyParam("axis", "int", "-1")
-        return (axis, PyParam("keepdims", "bool", "False")) if self._reduces(op) else (axis,)
+        if not self._reduces(op):
+            return (PyParam("axis", "int", "-1"),)
+        kinds = "int | tuple[int, ...] | None" if self._several(op) else "int | None"
+        return (PyParam("axis", kinds, "None"), PyParam("keepdims", "bool", "False"))
 
     def problems(self, op: OpSig) -> list[str]:
         if len(op.dims) != 3 or len(op.inputs) != 1 or op.inputs[0].shape != op.dims:
             return ["call: axis needs dims [B, R, I] and one input shaped [B, R, I]"]
         b, _, i = op.dims
         bad = [t.name for t in op.outputs if t.shape not in (op.dims, (b, i))]
-        return (
+        out = (
             [f"call: axis needs outputs shaped [B, R, I] or [B, I]; not {', '.join(bad)}"]
             if bad
             else []
         )
+        if self._reduces(op) and len(op.outputs) != 1:
+            out.append("call: axis needs one output for a reduction")
+        return out
 
     def canonical(
         self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
     ) -> Canonical:
         name = _first(op)
         x = array_of(op, name, inputs[name])
+        if not self._reduces(op):
+            return self._same_shape(op, name, x, options)
+        shape = tuple(x.shape)
+        axes = reduced_axes(op, options.get("axis"), shape, several=self._several(op))
+        keep = bool(options.get("keepdims", False))
+        step, rest = first_step(shape, axes)
+        final = reduced_shape(shape, axes, keep)
+        then = None
+        if rest:  # axes that are not adjacent: this launch reduces one group, keeping its 1s
+            then = Then({"axis": rest, "keepdims": True}, final)
+        result = reduced_shape(shape, step.axes, True) if rest else final
+
+        def finish(outs: dict[str, Any]) -> dict[str, Any]:
+            return {k: v.reshape(result) for k, v in outs.items()}
+
+        return Canonical({name: reshape(op, name, x, step.view)}, finish=finish, then=then)
+
+    def _same_shape(
+        self, op: OpSig, name: str, x: Any, options: Mapping[str, Any]
+    ) -> Canonical:
         if x.ndim == 0:
             raise CallError(f"{op.name}: input {name!r} is a scalar; it needs an axis")
         shape = tuple(x.shape)
         ax = normalize_axis(op, options.get("axis", -1), x.ndim)
-        keep = bool(options.get("keepdims", False))
         b, r, i = prod(shape[:ax]), shape[ax], prod(shape[ax + 1 :])
-        reduced = shape[:ax] + ((1,) if keep else ()) + shape[ax + 1 :]
 
         def finish(outs: dict[str, Any]) -> dict[str, Any]:
-            return {k: v.reshape(shape if v.ndim == 3 else reduced) for k, v in outs.items()}
+            return {k: v.reshape(shape) for k, v in outs.items()}
 
         return Canonical({name: reshape(op, name, x, (b, r, i))}, finish=finish)
 
