@@ -16,6 +16,10 @@ __all__ = [
     'add',
     'argmax',
     'attention',
+    'cast_f16',
+    'cast_f32',
+    'cast_f64',
+    'cast_i32',
     'conv2d',
     'div',
     'exp',
@@ -113,6 +117,66 @@ def attention(
     Spec: specs/attention.yaml.
     """
     return call_op('attention', (q, k, v), {'causal': causal}, {'scale': scale}, queue)
+
+
+def cast_f16(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x as f16 (NumPy's astype(float16)): rounded to nearest even, f64 directly (no double rounding); beyond ±65504 gives ±inf
+
+    Inputs: x [N] (f16|f32|f64|i32).
+    Returns: y [N] (f16).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/cast_f16.yaml.
+    """
+    return call_op('cast_f16', (x,), {}, {}, queue)
+
+
+def cast_f32(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x as f32 (NumPy's astype(float32)): f64 and i32 rounded to nearest even (beyond the f32 range: ±inf); f16 exactly
+
+    Inputs: x [N] (f16|f32|f64|i32).
+    Returns: y [N] (f32).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/cast_f32.yaml.
+    """
+    return call_op('cast_f32', (x,), {}, {}, queue)
+
+
+def cast_f64(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x as f64 (NumPy's astype(float64)): exact from every dtype
+
+    Inputs: x [N] (f16|f32|f64|i32).
+    Returns: y [N] (f64).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/cast_f64.yaml.
+    """
+    return call_op('cast_f64', (x,), {}, {}, queue)
+
+
+def cast_i32(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x as i32 (NumPy's astype(int32)): floats truncate toward zero; NaN and values beyond the i32 range, which NumPy leaves undefined (INT_MIN on x86, with a RuntimeWarning), saturate: NaN gives 0, below -2^31 gives -2^31, above 2^31 - 1 gives 2^31 - 1 (OpenCL convert_int_sat_rtz)
+
+    Inputs: x [N] (f16|f32|f64|i32).
+    Returns: y [N] (i32).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/cast_i32.yaml.
+    """
+    return call_op('cast_i32', (x,), {}, {}, queue)
 
 
 def conv2d(

@@ -48,6 +48,24 @@ def div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where((a < 0) != (b < 0), -q, q).astype(np.result_type(a, b))
 
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """x as NumPy's astype(dtype), with the saturating float-to-int conversion the kernels make
+    where NumPy's is undefined (NaN gives 0, values beyond int32 its bounds)."""
+    if dtype == "int32" and np.issubdtype(x.dtype, np.floating):
+        wide = np.clip(np.nan_to_num(np.trunc(x.astype(np.float64))), INT32_MIN, INT32_MAX)
+        return np.where(np.isnan(x), 0, wide).astype(np.int32)
+    with np.errstate(over="ignore"):  # beyond the range of f16 or f32: infinities, as meant
+        return x.astype(dtype)
+
+
+def _cast(dtype: str) -> Reference:
+    # the kernels' outputs are exact: the reference gives the very value, in its own dtype
+    return Reference(lambda a, _: {"y": cast_to(a["x"], dtype)}, domains={"x": "cast"}, exact=True)
+
+
 _DIMS = ("D0", "D1", "D2", "D3")
 
 
@@ -110,6 +128,11 @@ REFERENCES: dict[str, Reference] = {
     "maximum": _binary(np.maximum),
     "minimum": _binary(np.minimum),
     "pow": _binary(np.power, domains={"a": "positive", "b": "small"}),
+    # casts, named after the destination dtype
+    "cast_f16": _cast("float16"),
+    "cast_f32": _cast("float32"),
+    "cast_f64": _cast("float64"),
+    "cast_i32": _cast("int32"),
 }
 
 __all__ = ["BINARY_CASES", "REFERENCES", "div_trunc"]
