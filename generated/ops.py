@@ -77,7 +77,7 @@ def add(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/add.yaml.
     """
     return call_op('add', (a, b), {}, {}, queue)
@@ -211,7 +211,7 @@ def div(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/div.yaml.
     """
     return call_op('div', (a, b), {}, {}, queue)
@@ -378,7 +378,7 @@ def maximum(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/maximum.yaml.
     """
     return call_op('maximum', (a, b), {}, {}, queue)
@@ -428,7 +428,7 @@ def minimum(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/minimum.yaml.
     """
     return call_op('minimum', (a, b), {}, {}, queue)
@@ -444,7 +444,7 @@ def mul(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/mul.yaml.
     """
     return call_op('mul', (a, b), {}, {}, queue)
@@ -491,11 +491,11 @@ def pow(
     *,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """c = a ** b (OpenCL pow: NaN for a < 0 with a non-integer b), elementwise, with NumPy broadcasting (ranks up to 4)
+    """c = a ** b, elementwise, with NumPy broadcasting (ranks up to 4) and promotion (an i32 exponent with f32 bases makes f64, as numpy.result_type). Floats: OpenCL pow (NaN for a < 0 with a non-integer b). i32: integer power by squaring, wrapping modulo 2^32 like NumPy's; a negative exponent, which NumPy refuses (ValueError), gives the integer part of the real power: 1 for base 1, 1 or -1 for base -1 (exponent even or odd), 0 for any other base, 0 included (not checked before the launch: that would need a pass over the exponents)
 
-    Inputs: a [D0, D1, D2, D3] (f32|f64|f16; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16; broadcasts).
-    Returns: c [D0, D1, D2, D3] (f32|f64|f16).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
+    Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/pow.yaml.
     """
     return call_op('pow', (a, b), {}, {}, queue)
@@ -620,7 +620,7 @@ def sub(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/sub.yaml.
     """
     return call_op('sub', (a, b), {}, {}, queue)

@@ -20,7 +20,7 @@ from generator.call.binding import bind_dims, call_types, outputs_in_order
 from generator.call.dispatcher import Dispatcher, dispatcher
 from generator.conventions import CONVENTIONS
 from generator.conventions.base import Then
-from generator.core.dtypes import DTYPES
+from generator.core.dtypes import DTYPES, dtype_of_numpy
 from generator.errors import CallError, ClforgeError
 from generator.registry.records import OpSig
 from generator.runtime.launch import LaunchPlan, OutputSpec, Runtime
@@ -49,6 +49,34 @@ def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _cast(
+    d: Dispatcher,
+    op: OpSig,
+    inputs: dict[str, Any],
+    casts: Mapping[str, str],
+    queue: cl.CommandQueue | None,
+) -> dict[str, Any]:
+    """`inputs` with the conversions the convention asked for (NumPy's promotion): NumPy
+    arrays converted on the host (they are copied to the device anyway), device arrays by the
+    op `cast_<dtype>`."""
+    if not casts:
+        return inputs
+    out = dict(inputs)
+    for name, dtype in casts.items():
+        arr = inputs[name]
+        if not isinstance(arr, cla.Array):
+            out[name] = np.asarray(arr).astype(DTYPES[dtype].np_dtype)
+            continue
+        caster = f"cast_{dtype}"
+        if caster not in d.registry.ops or dtype_of_numpy(arr.dtype) is None:
+            raise CallError(
+                f"{op.name}: input {name!r} is a device array of dtype {arr.dtype} (shape "
+                f"{arr.shape}); the call needs it as {dtype}: convert it first"
+            )
+        out[name] = call_op(caster, (arr,), {}, {}, queue)
+    return out
+
+
 def _check_options(sig: OpSig, options: Mapping[str, Any]) -> None:
     """Options typed bool take True or False only, as NumPy's keepdims does (a string would be
     taken by its truthiness)."""
@@ -72,6 +100,7 @@ class EagerCall:
     attrs: dict[str, Any]
     finish: Callable[[dict[str, Any]], dict[str, Any]]
     then: Then | None = None
+    cast: bool = False  # some inputs were converted first (a memo would keep the old copies)
 
 
 def prepare(
@@ -92,13 +121,13 @@ def prepare(
     _check_options(sig, options or {})
     try:
         canon = CONVENTIONS[sig.call].canonical(sig, given, options or {})
-        filled = _filled(d, sig, canon.inputs)
+        filled = _filled(d, sig, _cast(d, sig, canon.inputs, canon.casts, queue))
     except ClforgeError:
         raise
     except (TypeError, ValueError, np.exceptions.AxisError) as exc:  # last line of defence
         raise CallError(f"{op}: {exc}") from None
     merged = {**canon.attrs, **{k: v for k, v in attrs.items() if v is not None}}
-    return EagerCall(d, sig, filled, merged, canon.finish, canon.then)
+    return EagerCall(d, sig, filled, merged, canon.finish, canon.then, bool(canon.casts))
 
 
 def call_op(
@@ -131,7 +160,7 @@ def call_op(
     plan = d.plan_for(c.op, c.inputs, c.attrs)
     outs = d.execute(c.op, plan, c.inputs)
     result = c.finish(outs)
-    if key is not None:
+    if key is not None and not c.cast:
         recipe = Recipe.learn(c, plan, inputs, outs, result)
         if recipe is not None:
             d._recipes[key] = recipe

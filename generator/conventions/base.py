@@ -40,6 +40,8 @@ class Canonical:
     attrs: dict[str, Any] = field(default_factory=dict)
     finish: Callable[[dict[str, Any]], dict[str, Any]] = lambda outs: outs
     then: Then | None = None  # a further call on the finished result, if one launch is not all
+    # inputs to convert before the call (NumPy's promotion, see promotion.py): name -> dtype
+    casts: Mapping[str, str] = field(default_factory=dict)
 
 
 class Convention:
@@ -113,3 +115,14 @@ def array_of(op: OpSig, name: str, value: Any) -> Any:
             "stay 2-d; pass np.asarray(m)"
         )
     return value
+
+
+def beside(arrays: Mapping[str, Any], host: np.ndarray) -> Any:
+    """`host` where the call's arrays live: on the device of the first device array among them
+    (a memoized call then finds it there), else as it is."""
+    for a in arrays.values():
+        if not isinstance(a, np.ndarray) and hasattr(a, "queue"):
+            import pyopencl.array as cla  # only device arrays get here: lint runs without it
+
+            return cla.to_device(a.queue, host)
+    return host

@@ -14,10 +14,12 @@ from generator.conventions.base import (
     PyParam,
     Then,
     array_of,
+    beside,
     normalize_axis,
     prod,
     reshape,
 )
+from generator.conventions.promotion import casts, is_number, promoted, scalar_array
 from generator.errors import CallError
 from generator.registry.records import OpSig
 
@@ -57,7 +59,10 @@ class Flat(Convention):
 
 class Broadcast(Convention):
     name = "broadcast"
-    doc = "NumPy broadcasting of inputs of rank up to the op's rank"
+    doc = (
+        "NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion "
+        "(numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype"
+    )
 
     def problems(self, op: OpSig) -> list[str]:
         out = []
@@ -78,7 +83,15 @@ class Broadcast(Convention):
         self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
     ) -> Canonical:
         rank = len(op.dims)
-        arrays = {k: array_of(op, k, v) for k, v in inputs.items() if v is not None}
+        given = {k: v for k, v in inputs.items() if v is not None}
+        if given and all(is_number(v) for v in given.values()):
+            raise CallError(f"{op.name}: at least one input must be an array, got only numbers")
+        arrays = {k: array_of(op, k, v) for k, v in given.items() if not is_number(v)}
+        target = promoted(op, given)
+        for k, v in given.items():
+            if is_number(v):
+                fixed = op.tensor(k).dtype
+                arrays[k] = beside(arrays, scalar_array(op, k, v, fixed or target or op.dtypes[0]))
         for k, a in arrays.items():
             if a.ndim > rank:
                 raise CallError(f"{op.name}: input {k!r} has rank {a.ndim}; at most {rank}")
@@ -90,7 +103,11 @@ class Broadcast(Convention):
         padded = {
             k: reshape(op, k, a, (1,) * (rank - a.ndim) + tuple(a.shape)) for k, a in arrays.items()
         }
-        return Canonical(padded, finish=lambda outs: {k: v.reshape(shape) for k, v in outs.items()})
+        return Canonical(
+            padded,
+            finish=lambda outs: {k: v.reshape(shape) for k, v in outs.items()},
+            casts=casts(op, given, target),
+        )
 
 
 def _first(op: OpSig) -> str:

@@ -51,6 +51,20 @@ def div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
+def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a ** b; for integers, NumPy's wrapping int32 power, and for a negative exponent (which
+    NumPy refuses) the kernels' integer part of the real power: 1 for base 1, +-1 for base -1,
+    else 0."""
+    if not np.issubdtype(np.result_type(a, b), np.integer):
+        return np.power(a, b)
+    a, b = np.broadcast_arrays(a, b)
+    neg = b < 0
+    r = np.power(a, np.where(neg, 0, b))
+    odd = (b & 1) == 1
+    at_neg = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0))
+    return np.where(neg, at_neg, r).astype(r.dtype)
+
+
 def cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
     """x as NumPy's astype(dtype), with the saturating float-to-int conversion the kernels make
     where NumPy's is undefined (NaN gives 0, values beyond int32 its bounds)."""
@@ -127,7 +141,7 @@ REFERENCES: dict[str, Reference] = {
     "div": _binary(div_trunc, domains={"b": "nonzero"}),
     "maximum": _binary(np.maximum),
     "minimum": _binary(np.minimum),
-    "pow": _binary(np.power, domains={"a": "positive", "b": "small"}),
+    "pow": _binary(power, domains={"a": "positive", "b": "small"}),
     # casts, named after the destination dtype
     "cast_f16": _cast("float16"),
     "cast_f32": _cast("float32"),
@@ -135,7 +149,7 @@ REFERENCES: dict[str, Reference] = {
     "cast_i32": _cast("int32"),
 }
 
-__all__ = ["BINARY_CASES", "REFERENCES", "div_trunc"]
+__all__ = ["BINARY_CASES", "REFERENCES", "cast_to", "div_trunc", "power"]
 
 
 def __getattr__(name: str) -> Reference:
