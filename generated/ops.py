@@ -20,6 +20,7 @@ __all__ = [
     'cast_f32',
     'cast_f64',
     'cast_i32',
+    'clip',
     'conv2d',
     'div',
     'exp',
@@ -49,6 +50,7 @@ __all__ = [
     'sub',
     'sum',
     'tanh',
+    'where',
 ]
 
 
@@ -177,6 +179,23 @@ def cast_i32(
     Spec: specs/cast_i32.yaml.
     """
     return call_op('cast_i32', (x,), {}, {}, queue)
+
+
+def clip(
+    x: Any,
+    lo: Any = None,
+    hi: Any = None,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """out = minimum(maximum(x, lo), hi), as numpy.clip (torch.clamp): lo and hi are arrays that broadcast, numbers, or None (no bound), and the dtypes promote as NumPy's (an i32 x with a float bound makes f64). NaN in any input gives NaN; lo > hi gives hi
+
+    Inputs: x [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), lo [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts; optional, default all -inf), hi [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts; optional, default all inf).
+    Returns: out [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
+    Spec: specs/clip.yaml.
+    """
+    return call_op('clip', (x, lo, hi), {}, {}, queue)
 
 
 def conv2d(
@@ -656,3 +675,20 @@ def tanh(
     Spec: specs/tanh.yaml.
     """
     return call_op('tanh', (x,), {}, {}, queue)
+
+
+def where(
+    cond: Any,
+    x: Any,
+    y: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """out = x where cond else y, as numpy.where(cond, x, y) with broadcasting of all three; cond is i32 (nonzero is true), or a NumPy bool array (converted on the host; on the device pass i32); x and y promote as NumPy's
+
+    Inputs: cond [D0, D1, D2, D3] (i32; broadcasts), x [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), y [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
+    Returns: out [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
+    Spec: specs/where.yaml.
+    """
+    return call_op('where', (cond, x, y), {}, {}, queue)

@@ -29,7 +29,9 @@ rng = np.random.default_rng(11)
 UNARY = ("relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
          "neg", "abs")  # fmt: skip
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
-INT_OPS = ("relu", "neg", "abs", "add", "sub", "mul", "div", "maximum", "minimum", "pow")
+INT_OPS = ("relu", "neg", "abs", "add", "sub", "mul", "div", "maximum", "minimum", "pow", "where",
+           "clip")  # fmt: skip
+TERNARY = ("where", "clip")
 RTOL = {np.float16: 5e-3, np.float32: 2e-5, np.float64: 1e-12}
 
 
@@ -269,6 +271,84 @@ def test_integer_pow_wraps_and_documents_negative_exponents() -> None:
     np.testing.assert_allclose(got, x.astype(np.float64) ** 3, rtol=1e-12)
 
 
+# --- three inputs: where, clip ------------------------------------------------------------------
+
+TERNARY_SHAPES = [
+    ((5,), (5,), (5,)),
+    ((3, 4), (4,), (3, 1)),
+    ((2, 3, 17), (), (17,)),
+    ((1,), (7, 1), (1, 6)),
+    ((2, 1, 3, 1), (1, 4, 1, 5), (1,)),
+    ((0, 3), (3,), (1,)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize(("sc", "sx", "sy"), TERNARY_SHAPES)
+def test_where_broadcasts_like_numpy(dtype: Any, sc: tuple, sx: tuple, sy: tuple) -> None:
+    cond = rng.standard_normal(sc) > 0  # a NumPy bool array: converted to i32 on the host
+    x, y = _input("where", "x", sx, dtype), _input("where", "y", sy, dtype)
+    want = np.where(cond, x, y)
+    got = ops.where(cond, x, y)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    icond = rng.integers(-2, 3, size=sc).astype(np.int32)  # nonzero is true, of either sign
+    np.testing.assert_array_equal(ops.where(icond, x, y), np.where(icond, x, y))
+
+
+def test_where_promotes_and_takes_numbers() -> None:
+    cond = np.array([[True, False, True]])
+    x = np.arange(3, dtype=np.int32)
+    for a, b in ((x, 0.5), (x, x.astype(np.float16)), (1.0, 0.0), (x, 7), (np.float32(2), x)):
+        want = np.where(cond, a, b)
+        got = ops.where(cond, a, b)
+        assert got.dtype == want.dtype, (a, b)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_where_on_device_arrays() -> None:
+    q = dispatcher().runtime.queue
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    cond = (x > 0).astype(np.int32)
+    got = ops.where(cla.to_device(q, cond), cla.to_device(q, x), 0.0)
+    assert isinstance(got, cla.Array)
+    np.testing.assert_array_equal(got.get(), np.where(cond, x, np.float32(0)))
+    with pytest.raises(CallError) as err:
+        ops.where(cla.to_device(q, x > 0), cla.to_device(q, x), 0.0)
+    assert str(err.value) == (
+        "where: input 'cond' is a device array of dtype bool (shape (6, 5)); the call needs it as "
+        "i32: convert it first"
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+def test_clip_like_numpy(dtype: Any) -> None:
+    x = (rng.standard_normal((4, 9)) * 10).astype(dtype)
+    lo = (rng.standard_normal(9) * 5 - 3).astype(dtype)
+    hi = (rng.standard_normal((4, 1)) * 5 + 3).astype(dtype)
+    for a, b in ((lo, hi), (-2, 3), (lo, None), (None, hi), (None, None), (5, -5)):
+        want = np.clip(x, a, b)
+        got = ops.clip(x, a, b)
+        assert got.dtype == want.dtype, (a, b)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_clip_semantics() -> None:
+    x = np.array([np.nan, -np.inf, np.inf, -1.5, 0.25, 3.0], np.float32)
+    np.testing.assert_array_equal(ops.clip(x, -1.0, 1.0), np.clip(x, -1.0, 1.0))  # NaN stays
+    lo = np.array([np.nan, 0, 0, 0, 0, 0], np.float32)
+    np.testing.assert_array_equal(ops.clip(x, lo, 1.0), np.clip(x, lo, 1.0))  # a NaN bound too
+    xi = np.arange(-4, 5, dtype=np.int32)
+    got = ops.clip(xi, 0.5, 2.5)  # a float bound with i32 makes f64, as NumPy
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, np.clip(xi, 0.5, 2.5))
+    big = np.array([-(2**31), 2**31 - 1, 0], np.int32)
+    np.testing.assert_array_equal(ops.clip(big, None, None), big)  # -inf / inf fills saturate
+    q = dispatcher().runtime.queue
+    got = ops.clip(cla.to_device(q, x[3:]), lo=-1.0)
+    np.testing.assert_array_equal(got.get(), np.clip(x[3:], -1.0, None))
+
+
 # --- bad calls -------------------------------------------------------------------------------
 
 F32 = np.float32
@@ -304,6 +384,14 @@ F32 = np.float32
             "mul: at least one input must be an array, got only numbers",
         ),
         (
+            lambda: ops.where(np.ones((2, 3), bool), np.ones(4, F32), 0.0),
+            "where: shapes (2, 3) and (4,) and () do not broadcast",
+        ),
+        (
+            lambda: ops.clip(np.ones(3, np.int32), 2**40),
+            "clip: lo = 1099511627776 is out of the range of i32",
+        ),
+        (
             lambda: ops.sqrt(np.ones(3, np.int32)),
             "sqrt: dtype i32 is not supported (supported: f32, f64, f16)",
         ),
@@ -337,7 +425,7 @@ WIDE = {"nvidia-h100": "gpu", "amd-mi250x": "gpu", "intel-max-1100": "gpu", "poc
 HALF = {"amd-mi250x": "half", "intel-max-1100": "half"}
 
 
-@pytest.mark.parametrize("op", UNARY + BINARY)
+@pytest.mark.parametrize("op", UNARY + BINARY + TERNARY)
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_dispatcher_choice_per_profile(op: str, profile: str) -> None:
     p = PROFILES[profile]

@@ -3,7 +3,8 @@
 The inputs of an op that take the instance's dtype are promoted to their `numpy.result_type`
 (NumPy 2's rules: f16 with f32 is f32, any float with f64 is f64, i32 with any float is f64) and
 Python numbers among them are NumPy's "weak" scalars (NEP 50): they take the arrays' dtype, but
-a float with i32 arrays makes f64. The result is a set of casts for the eager layer to make (the
+a float with i32 arrays makes f64; numbers alone (where(cond, 1.0, 0.0)) make f64, or i32 for
+ints (NumPy's int64). The result is a set of casts for the eager layer to make (the
 host converts NumPy arrays, device arrays go through the `cast_<dtype>` ops); a promotion to a
 dtype the op lacks is refused, naming it. Inputs of a fixed dtype (a mask) are never promoted;
 a NumPy bool array given for a fixed i32 input is converted (True is 1).
@@ -23,8 +24,9 @@ from generator.registry.records import OpSig
 
 
 def is_number(value: Any) -> bool:
-    """A Python (or NumPy scalar) number that is not a bool: what NumPy calls a scalar."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    """A Python int or float (not a bool): NumPy's weak scalar. A NumPy scalar (np.float64(2),
+    a subclass of float) has a dtype of its own and counts as an array, as in NEP 50."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool | np.generic)
 
 
 def promoted(op: OpSig, values: Mapping[str, Any]) -> str | None:
@@ -33,11 +35,13 @@ def promoted(op: OpSig, values: Mapping[str, Any]) -> str | None:
     free = [t.name for t in op.inputs if t.dtype is None and values.get(t.name) is not None]
     arrays = [values[k] for k in free if not is_number(values[k])]
     kinds = [np.dtype(a.dtype) for a in arrays]
-    if not kinds or any(dtype_of_numpy(k) is None for k in kinds):
-        return None
     numbers_ = [values[k] for k in free if is_number(values[k])]
-    scalars = [float(v) if isinstance(v, float | np.floating) else int(v) for v in numbers_]
+    if any(dtype_of_numpy(k) is None for k in kinds) or not (kinds or numbers_):
+        return None
+    scalars = [float(v) if isinstance(v, float) else int(v) for v in numbers_]
     result = np.result_type(*kinds, *scalars)
+    if not kinds and np.issubdtype(result, np.integer):
+        result = np.dtype(np.int32)  # numbers alone: NumPy's default int64, clforge's i32
     d = dtype_of_numpy(result)
     if d is None or d.name not in op.dtypes:
         shown = ", ".join(f"{k} ({_kind(values[k])})" for k in free)
@@ -69,6 +73,11 @@ def casts(op: OpSig, values: Mapping[str, Any], target: str | None) -> dict[str,
         if t.dtype is None and target is not None and have is not None and have.name != target:
             out[t.name] = target
         elif t.dtype == "i32" and np.dtype(v.dtype) == np.bool_:
+            if not isinstance(v, np.ndarray | np.generic):  # no clforge kernel reads bools
+                raise CallError(
+                    f"{op.name}: input {t.name!r} is a device array of dtype bool (shape "
+                    f"{tuple(v.shape)}); the call needs it as i32: convert it first"
+                )
             out[t.name] = "i32"
     return out
 

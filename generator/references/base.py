@@ -27,7 +27,8 @@ class Reference:
     fn: RefFn
     # per input: "normal" (standard normal), "nonzero" (|v| in [0.5, 2]), "positive",
     # "small" (|v| <= 3, for pow), "index" (non-negative ints), "cast" (values that probe
-    # conversions: halfway cases, beyond the i32 and f16 ranges, NaN, infinities, any i32)
+    # conversions: halfway cases, beyond the i32 and f16 ranges, NaN, infinities, any i32),
+    # "mask" (-1, 0 or 1: a condition)
     domains: Mapping[str, str] = field(default_factory=dict)
     cases: tuple[Case, ...] | None = None  # None: the default sizes for the op's number of dims
     reduce: str | None = None  # the dim summed over, for the tolerance
@@ -39,6 +40,8 @@ def make_input(
 ) -> np.ndarray:
     if domain == "cast":
         return _cast_probe(rng, shape, dtype)
+    if domain == "mask":  # a condition: -1, 0 or 1 (nonzero is true)
+        return rng.integers(-1, 2, size=shape).astype(dtype)
     if np.issubdtype(dtype, np.integer):
         ints = rng.integers(-50, 50, size=shape)
         if domain in ("nonzero",):

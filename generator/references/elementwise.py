@@ -112,6 +112,40 @@ BINARY_CASES: tuple[Case, ...] = (
 )
 
 
+# Three inputs (by position), rank 4: all full; one stretched along each axis in turn; single
+# elements; rows and columns; an empty tensor.
+_Shapes = tuple[tuple[int, ...] | None, ...]  # per input, None for the full shape
+_TERNARY_SHAPES: tuple[tuple[tuple[int, int, int, int], _Shapes], ...] = (
+    ((1, 1, 1, 1), (None, None, None)),
+    ((2, 3, 5, 7), (None, None, None)),
+    ((1, 1, 3, 4099), (None, None, None)),
+    ((1, 1, 1, 9001), (None, (1, 1, 1, 1), (1, 1, 1, 1))),
+    ((3, 5, 7, 130), ((1, 1, 1, 130), None, (3, 5, 7, 1))),
+    ((2, 3, 67, 13), (None, (2, 3, 67, 1), (1, 1, 1, 13))),
+    ((3, 5, 11, 7), ((1, 5, 1, 7), (3, 1, 11, 1), (1, 1, 1, 1))),
+    ((1, 7, 4099, 1), ((1, 1, 4099, 1), (1, 7, 1, 1), None)),
+    ((2, 0, 3, 5), (None, None, None)),
+    ((4, 1, 3, 0), (None, (1, 1, 1, 0), (1, 1, 1, 1))),
+)
+
+
+def _ternary(f: Callable[..., np.ndarray], names: tuple[str, str, str], **kw: Any) -> Reference:
+    cases = tuple(
+        Case(
+            dict(zip(_DIMS, dims, strict=True)),
+            {n: s for n, s in zip(names, shapes, strict=True) if s is not None},
+        )
+        for dims, shapes in _TERNARY_SHAPES
+    )
+    return Reference(
+        lambda a, _: {"out": np.asarray(f(*(a[n] for n in names)))}, cases=cases, **kw
+    )
+
+
+def _where(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.asarray(np.where(cond != 0, x, y))
+
+
 def _binary(f: Binary, **kw: Any) -> Reference:
     return Reference(lambda a, _: {"c": f(a["a"], a["b"])}, cases=BINARY_CASES, **kw)
 
@@ -142,6 +176,9 @@ REFERENCES: dict[str, Reference] = {
     "maximum": _binary(np.maximum),
     "minimum": _binary(np.minimum),
     "pow": _binary(power, domains={"a": "positive", "b": "small"}),
+    # three inputs, broadcasting
+    "clip": _ternary(lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), ("x", "lo", "hi")),
+    "where": _ternary(_where, ("cond", "x", "y"), domains={"cond": "mask"}),
     # casts, named after the destination dtype
     "cast_f16": _cast("float16"),
     "cast_f32": _cast("float32"),
