@@ -16,6 +16,7 @@ __all__ = [
     'add',
     'argmax',
     'attention',
+    'batch_norm',
     'cast_f16',
     'cast_f32',
     'cast_f64',
@@ -119,6 +120,26 @@ def attention(
     Spec: specs/attention.yaml.
     """
     return call_op('attention', (q, k, v), {'causal': causal}, {'scale': scale}, queue)
+
+
+def batch_norm(
+    x: Any,
+    running_mean: Any,
+    running_var: Any,
+    weight: Any = None,
+    bias: Any = None,
+    *,
+    eps: float = 1e-05,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = (x - running_mean) / sqrt(running_var + eps) * weight + bias per channel, PyTorch's batch_norm for inference (training=False): x is (N, C, *) (call: channels), the statistics, weight and bias are (C,); weight and bias are optional (1 and 0). f16 is computed in float.
+
+    Inputs: x [N, C, S] (f32|f64|f16), running_mean [C] (f32|f64|f16), running_var [C] (f32|f64|f16), weight [C] (f32|f64|f16; optional, default all 1), bias [C] (f32|f64|f16; optional, default all 0).
+    Returns: y [N, C, S] (f32|f64|f16).
+    Calling convention: channels (x is (N, C, *) as PyTorch's batch_norm takes it, viewed as [N, C, S] (S the product of the trailing axes, 1 for (N, C)); the other inputs are per-channel vectors (C,); the output takes x's shape).
+    Spec: specs/batch_norm.yaml.
+    """
+    return call_op('batch_norm', (x, running_mean, running_var, weight, bias), {'eps': eps}, {}, queue)
 
 
 def cast_f16(

@@ -39,6 +39,7 @@ SIZES: dict[str, dict[str, int]] = {
     "conv2d": {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3,
                "OH": 54, "OW": 54},
     "attention": {"B": 1, "H": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64},
+    "channels": {"N": 32, "C": 64, "S": 3136},
 }
 
 

@@ -12,4 +12,5 @@ CONVENTION_NAMES: tuple[str, ...] = (
     "matmul",  # NumPy's matmul: 1-d operands, broadcast batch dims, F-ordered operands
     "gemm",  # BLAS GEMM: trans_a / trans_b as transposed views, a broadcast bias
     "permute",  # numpy.transpose: ranks 0 to 4, `axes`
+    "channels",  # PyTorch's (N, C, *) with per-channel vectors: arrays reshaped to [N, C, S]
 )

@@ -1,5 +1,6 @@
 """The neural-network conventions: conv2d (NCHW or NHWC arrays, PyTorch-style stride, padding
-and dilation) and attention (with or without a heads axis, scale 1/sqrt(D) by default)."""
+and dilation), attention (with or without a heads axis, scale 1/sqrt(D) by default) and
+channels (PyTorch's (N, C, *) arrays with per-channel vectors, for batch_norm)."""
 
 from __future__ import annotations
 
@@ -141,3 +142,54 @@ class Attention(Convention):
             return {k: v.reshape((v.shape[0], *v.shape[2:])) for k, v in outs.items()}
 
         return Canonical(headed, attrs, finish)
+
+
+class Channels(Convention):
+    name = "channels"
+    doc = (
+        "x is (N, C, *) as PyTorch's batch_norm takes it, viewed as [N, C, S] (S the product of "
+        "the trailing axes, 1 for (N, C)); the other inputs are per-channel vectors (C,); the "
+        "output takes x's shape"
+    )
+
+    def problems(self, op: OpSig) -> list[str]:
+        if len(op.dims) != 3 or not op.inputs or op.inputs[0].shape != op.dims:
+            return ["call: channels needs dims [N, C, S] and a first input shaped [N, C, S]"]
+        c = op.dims[1]
+        bad = [t.name for t in op.inputs[1:] if t.shape != (c,)]
+        bad += [t.name for t in op.outputs if t.shape != op.dims]
+        if bad:
+            return [
+                f"call: channels needs per-channel inputs shaped [{c}] and outputs shaped "
+                f"[{', '.join(op.dims)}]; not {', '.join(bad)}"
+            ]
+        return []
+
+    def canonical(
+        self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> Canonical:
+        name = op.inputs[0].name
+        x = array_of(op, name, inputs[name])
+        if x.ndim < 2:
+            raise CallError(
+                f"{op.name}: input {name!r} has rank {x.ndim} (shape {tuple(x.shape)}); it must "
+                "be (N, C) or (N, C, ...)"
+            )
+        shape = tuple(x.shape)
+        out = {name: reshape(op, name, x, (shape[0], shape[1], math.prod(shape[2:])))}
+        for t in op.inputs[1:]:
+            v = inputs.get(t.name)
+            if v is None:
+                continue
+            v = array_of(op, t.name, v)
+            if tuple(v.shape) != (shape[1],):
+                raise CallError(
+                    f"{op.name}: {t.name} has shape {tuple(v.shape)}, expected ({shape[1]},): "
+                    f"one value per channel of {name} (shape {shape})"
+                )
+            out[t.name] = v
+
+        def finish(outs: dict[str, Any]) -> dict[str, Any]:
+            return {k: v.reshape(shape) for k, v in outs.items()}
+
+        return Canonical(out, finish=finish)

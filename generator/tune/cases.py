@@ -29,6 +29,7 @@ BY_CONVENTION: dict[str, tuple[Case, ...]] = {
     ),
     "conv2d": (Case({"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3}),),
     "attention": (Case({"B": 1, "H": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64}),),
+    "channels": (Case({"N": 32, "C": 64, "S": 3136}),),
 }
 
 
