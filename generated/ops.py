@@ -16,6 +16,7 @@ __all__ = [
     'add',
     'argmax',
     'attention',
+    'avg_pool2d',
     'batch_norm',
     'cast_f16',
     'cast_f32',
@@ -33,6 +34,7 @@ __all__ = [
     'log_softmax',
     'matmul',
     'max',
+    'max_pool2d',
     'maximum',
     'mean',
     'min',
@@ -120,6 +122,28 @@ def attention(
     Spec: specs/attention.yaml.
     """
     return call_op('attention', (q, k, v), {'causal': causal}, {'scale': scale}, queue)
+
+
+def avg_pool2d(
+    x: Any,
+    *,
+    kernel_size: int | tuple[int, int] | None = None,
+    stride: int | tuple[int, int] | None = None,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[n, c, oh, ow] = the sum of the window's taps inside the input over a divisor, as torch.nn.functional.avg_pool2d (call: pool2d; kernel_size, stride (default: kernel_size), padding, ceil_mode, count_include_pad, divisor_override): the divisor is divisor_override when given, else with count_include_pad the taps inside the padded input (not those of a ceil_mode window past it), else the taps inside the input; a window with no tap inside gives 0. dilation (default 1) goes beyond PyTorch, as ONNX's AveragePool has it. Sums accumulate in float for f16
+
+    Inputs: x [N, C, H, W] (f32|f64|f16).
+    Returns: y [N, C, OH, OW] (f32|f64|f16).
+    Calling convention: pool2d (x is (N, C, H, W) or, unbatched, (C, H, W), NCHW as PyTorch's pooling takes it; kernel_size (required), stride (default: kernel_size), padding and dilation are an int or an (h, w) pair; ceil_mode, and where the op has them count_include_pad and divisor_override (None: none); y takes x's rank).
+    Spec: specs/avg_pool2d.yaml.
+    """
+    return call_op('avg_pool2d', (x,), {}, {'kernel_size': kernel_size, 'stride': stride, 'padding': padding, 'dilation': dilation, 'ceil_mode': ceil_mode, 'count_include_pad': count_include_pad, 'divisor_override': divisor_override}, queue)
 
 
 def batch_norm(
@@ -406,6 +430,26 @@ def max(
     Spec: specs/max.yaml.
     """
     return call_op('max', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
+
+
+def max_pool2d(
+    x: Any,
+    *,
+    kernel_size: int | tuple[int, int] | None = None,
+    stride: int | tuple[int, int] | None = None,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    ceil_mode: bool = False,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[n, c, oh, ow] = the largest x[n, c, oh * stride_h - pad_h + i * dil_h, ow * stride_w - pad_w + j * dil_w] over the window's taps inside the input (padding never wins), as torch.nn.functional.max_pool2d (call: pool2d; kernel_size, stride (default: kernel_size), padding, dilation, ceil_mode); NaN propagates, as in PyTorch
+
+    Inputs: x [N, C, H, W] (f32|f64|f16).
+    Returns: y [N, C, OH, OW] (f32|f64|f16).
+    Calling convention: pool2d (x is (N, C, H, W) or, unbatched, (C, H, W), NCHW as PyTorch's pooling takes it; kernel_size (required), stride (default: kernel_size), padding and dilation are an int or an (h, w) pair; ceil_mode, and where the op has them count_include_pad and divisor_override (None: none); y takes x's rank).
+    Spec: specs/max_pool2d.yaml.
+    """
+    return call_op('max_pool2d', (x,), {}, {'kernel_size': kernel_size, 'stride': stride, 'padding': padding, 'dilation': dilation, 'ceil_mode': ceil_mode}, queue)
 
 
 def maximum(

@@ -40,6 +40,7 @@ SIZES: dict[str, dict[str, int]] = {
                "OH": 54, "OW": 54},
     "attention": {"B": 1, "H": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64},
     "channels": {"N": 32, "C": 64, "S": 3136},
+    "pool2d": {"N": 32, "C": 64, "H": 56, "W": 56, "OH": 28, "OW": 28},
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from generator.conventions.base import Canonical, Convention, PyParam
 from generator.conventions.linalg import Gemm, Matmul, Permute
 from generator.conventions.names import CONVENTION_NAMES
-from generator.conventions.nn import Attention, Channels, Conv2d
+from generator.conventions.nn import Attention, Channels, Conv2d, Pool2d
 from generator.conventions.shape import Axis, Broadcast, Direct, Flat, Trailing
 
 CONVENTIONS: dict[str, Convention] = {
@@ -23,6 +23,7 @@ CONVENTIONS: dict[str, Convention] = {
         Gemm(),
         Permute(),
         Channels(),
+        Pool2d(),
     )
 }
 

@@ -13,4 +13,5 @@ CONVENTION_NAMES: tuple[str, ...] = (
     "gemm",  # BLAS GEMM: trans_a / trans_b as transposed views, a broadcast bias
     "permute",  # numpy.transpose: ranks 0 to 4, `axes`
     "channels",  # PyTorch's (N, C, *) with per-channel vectors: arrays reshaped to [N, C, S]
+    "pool2d",  # PyTorch's 2-d pooling: NCHW or CHW, kernel_size, stride, padding, dilation
 )

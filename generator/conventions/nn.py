@@ -193,3 +193,91 @@ class Channels(Convention):
             return {k: v.reshape(shape) for k, v in outs.items()}
 
         return Canonical(out, finish=finish)
+
+
+class Pool2d(Convention):
+    name = "pool2d"
+    doc = (
+        "x is (N, C, H, W) or, unbatched, (C, H, W), NCHW as PyTorch's pooling takes it; "
+        "kernel_size (required), stride (default: kernel_size), padding and dilation are an int "
+        "or an (h, w) pair; ceil_mode, and where the op has them count_include_pad and "
+        "divisor_override (None: none); y takes x's rank"
+    )
+
+    def _has(self, op: OpSig, name: str) -> bool:
+        return any(a.name == name for a in op.attrs)
+
+    def params(self, op: OpSig) -> tuple[PyParam, ...]:
+        pair = "int | tuple[int, int]"
+        out = [
+            PyParam("kernel_size", f"{pair} | None", "None"),
+            PyParam("stride", f"{pair} | None", "None"),
+            PyParam("padding", pair, "0"),
+            PyParam("dilation", pair, "1"),
+            PyParam("ceil_mode", "bool", "False"),
+        ]
+        if self._has(op, "count_include_pad"):
+            out.append(PyParam("count_include_pad", "bool", "True"))
+        if self._has(op, "divisor_override"):
+            out.append(PyParam("divisor_override", "int | None", "None"))
+        return tuple(out)
+
+    def supplies(self, op: OpSig) -> tuple[str, ...]:
+        names = ("kernel_h", "kernel_w", *(n for _, *hw in _PAIRS for n in hw), "ceil_mode")
+        extra = tuple(n for n in ("count_include_pad", "divisor_override") if self._has(op, n))
+        return names + extra
+
+    def problems(self, op: OpSig) -> list[str]:
+        out = []
+        if (
+            len(op.inputs) != 1
+            or op.inputs[0].shape != op.dims[:4]
+            or len(op.outputs) != 1
+            or len(op.outputs[0].shape) != 4
+        ):
+            out.append("call: pool2d needs one input x [N, C, H, W] and one 4-d output")
+        names = {a.name for a in op.attrs if a.type == "int"}
+        needed = ("kernel_h", "kernel_w", *(n for _, *hw in _PAIRS for n in hw), "ceil_mode")
+        missing = [n for n in needed if n not in names]
+        if missing:
+            out.append(f"call: pool2d needs the int attributes {', '.join(missing)}")
+        return out
+
+    def canonical(
+        self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> Canonical:
+        name = op.inputs[0].name
+        x = array_of(op, name, inputs[name])
+        if x.ndim not in (3, 4):
+            raise CallError(
+                f"{op.name}: input {name!r} has rank {x.ndim} (shape {tuple(x.shape)}); it must "
+                "be (N, C, H, W) or (C, H, W)"
+            )
+        kernel = options.get("kernel_size")
+        if kernel is None:
+            raise CallError(f"{op.name}: kernel_size is required (an int or an (h, w) pair)")
+        attrs: dict[str, Any] = {}
+        attrs["kernel_h"], attrs["kernel_w"] = _pair(op, "kernel_size", kernel)
+        stride = options.get("stride")
+        given = {"stride": kernel if stride is None else stride}
+        for option, h, w in _PAIRS:
+            value = given.get(option, options.get(option, 0 if option == "padding" else 1))
+            attrs[h], attrs[w] = _pair(op, option, value)
+        attrs["ceil_mode"] = int(bool(options.get("ceil_mode", False)))
+        if self._has(op, "count_include_pad"):
+            attrs["count_include_pad"] = int(bool(options.get("count_include_pad", True)))
+        if self._has(op, "divisor_override"):
+            div = options.get("divisor_override")
+            if div is not None and (isinstance(div, bool) or not isinstance(div, int) or div == 0):
+                raise CallError(
+                    f"{op.name}: divisor_override must be a nonzero int or None, got {div!r}"
+                )
+            attrs["divisor_override"] = 0 if div is None else div
+        if x.ndim == 4:
+            return Canonical({name: x}, attrs)
+        batched = {name: reshape(op, name, x, (1, *x.shape))}
+
+        def finish(outs: dict[str, Any]) -> dict[str, Any]:
+            return {k: v.reshape(v.shape[1:]) for k, v in outs.items()}
+
+        return Canonical(batched, attrs, finish)
