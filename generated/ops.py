@@ -25,6 +25,7 @@ __all__ = [
     'clip',
     'conv2d',
     'div',
+    'embedding',
     'exp',
     'gelu',
     'gemm',
@@ -52,6 +53,7 @@ __all__ = [
     'sqrt',
     'sub',
     'sum',
+    'take_along_axis',
     'tanh',
     'where',
 ]
@@ -279,6 +281,22 @@ def div(
     Spec: specs/div.yaml.
     """
     return call_op('div', (a, b), {}, {}, queue)
+
+
+def embedding(
+    indices: Any,
+    weight: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[m, d] = weight[indices[m], d], torch.nn.functional.embedding(indices, weight) (call: embedding): indices of any shape, i32 (NumPy int arrays are converted once checked), weight (V, D); y is indices.shape + (D,). An index outside [0, V) is a CallError before the launch for NumPy indices, as PyTorch's IndexError; device indices are not read on the host, and the kernel clamps them into [0, V - 1] (documented, never out of bounds)
+
+    Inputs: indices [M] (i32), weight [V, D] (f32|f64|f16|i32).
+    Returns: y [M, D] (f32|f64|f16|i32).
+    Calling convention: embedding (torch.nn.functional.embedding(indices, weight): indices of any shape, flattened to [M]; weight (V, D); y is indices.shape + (D,); NumPy indices outside [0, V) are refused).
+    Spec: specs/embedding.yaml.
+    """
+    return call_op('embedding', (indices, weight), {}, {}, queue)
 
 
 def exp(
@@ -725,6 +743,23 @@ def sum(
     Spec: specs/sum.yaml.
     """
     return call_op('sum', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
+
+
+def take_along_axis(
+    x: Any,
+    indices: Any,
+    *,
+    axis: int | None = -1,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[b, j, i] = x[b, indices[b, j, i], i], numpy.take_along_axis(x, indices, axis) (call: along_axis; axis an int, default -1, or None for the flattened x): indices are i32 (NumPy int arrays are converted once checked) with x's rank and, off the axis, x's sizes or 1 (broadcast, for NumPy inputs); negative indices count from the end, as NumPy's. An index out of range is a CallError before the launch for NumPy indices; device indices are not read on the host, and the kernel clamps them into the axis (documented, never out of bounds). torch.gather(x, dim, index) is take_along_axis(x, index, dim) where index has x's sizes off dim
+
+    Inputs: x [B, R, I] (f32|f64|f16|i32), indices [B, J, I] (i32).
+    Returns: y [B, J, I] (f32|f64|f16|i32).
+    Calling convention: along_axis (numpy.take_along_axis(x, indices, axis): axis an int (default -1) or None (x flattened, indices 1-d); x viewed as [B, R, I] around the axis and indices, of x's rank, as [B, J, I]; off the axis indices has x's sizes or broadcasts (NumPy inputs); negative indices count from the end; NumPy indices out of range are refused).
+    Spec: specs/take_along_axis.yaml.
+    """
+    return call_op('take_along_axis', (x, indices), {}, {'axis': axis}, queue)
 
 
 def tanh(

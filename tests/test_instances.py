@@ -54,7 +54,7 @@ def test_instance_matches_numpy(runtime, name: str) -> None:
                 rng,
                 shapes[t.name],
                 DTYPES[t.dtype or inst.dtype].np_dtype,
-                ref.domains.get(t.name, "normal"),
+                references.domain_of(ref, t.name, dims),
             )
             for t in op.inputs
         }

@@ -41,6 +41,8 @@ SIZES: dict[str, dict[str, int]] = {
     "attention": {"B": 1, "H": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64},
     "channels": {"N": 32, "C": 64, "S": 3136},
     "pool2d": {"N": 32, "C": 64, "H": 56, "W": 56, "OH": 28, "OW": 28},
+    "along_axis": {"B": 4096, "R": 1024, "I": 1, "J": 16},
+    "embedding": {"M": 4096, "V": 32000, "D": 1024},
 }
 
 

@@ -4,6 +4,7 @@ dims and back. A spec names one with `call:`; the names are in conventions_names
 from __future__ import annotations
 
 from generator.conventions.base import Canonical, Convention, PyParam
+from generator.conventions.indexing import AlongAxis, Embedding
 from generator.conventions.linalg import Gemm, Matmul, Permute
 from generator.conventions.names import CONVENTION_NAMES
 from generator.conventions.nn import Attention, Channels, Conv2d, Pool2d
@@ -24,6 +25,8 @@ CONVENTIONS: dict[str, Convention] = {
         Permute(),
         Channels(),
         Pool2d(),
+        AlongAxis(),
+        Embedding(),
     )
 }
 

@@ -14,4 +14,6 @@ CONVENTION_NAMES: tuple[str, ...] = (
     "permute",  # numpy.transpose: ranks 0 to 4, `axes`
     "channels",  # PyTorch's (N, C, *) with per-channel vectors: arrays reshaped to [N, C, S]
     "pool2d",  # PyTorch's 2-d pooling: NCHW or CHW, kernel_size, stride, padding, dilation
+    "along_axis",  # numpy.take_along_axis: [B, R, I] and indices [B, J, I] around an axis
+    "embedding",  # PyTorch's embedding: indices of any shape, a (V, D) table
 )

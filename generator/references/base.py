@@ -28,7 +28,9 @@ class Reference:
     # per input: "normal" (standard normal), "nonzero" (|v| in [0.5, 2]), "positive",
     # "small" (|v| <= 3, for pow), "index" (non-negative ints), "cast" (values that probe
     # conversions: halfway cases, beyond the i32 and f16 ranges, NaN, infinities, any i32),
-    # "mask" (-1, 0 or 1: a condition)
+    # "mask" (-1, 0 or 1: a condition), "index_of:DIM" (indices into an axis of size DIM:
+    # [0, DIM); "index_of:DIM:signed": [-DIM, DIM)), which `domain_of` resolves with the
+    # case's sizes into "below:N" / "below:N:signed" for make_input
     domains: Mapping[str, str] = field(default_factory=dict)
     cases: tuple[Case, ...] | None = None  # None: the default sizes for the op's number of dims
     reduce: str | None = None  # the dim summed over, for the tolerance
@@ -42,6 +44,10 @@ def make_input(
         return _cast_probe(rng, shape, dtype)
     if domain == "mask":  # a condition: -1, 0 or 1 (nonzero is true)
         return rng.integers(-1, 2, size=shape).astype(dtype)
+    if domain.startswith("below:"):  # indices into an axis of n: [0, n), or [-n, n) if signed
+        _, n, *signed = domain.split(":")
+        lo = -int(n) if signed else 0
+        return rng.integers(lo, max(int(n), lo + 1), size=shape).astype(dtype)
     if np.issubdtype(dtype, np.integer):
         ints = rng.integers(-50, 50, size=shape)
         if domain in ("nonzero",):

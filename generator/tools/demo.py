@@ -59,13 +59,13 @@ def _registry_rows(d: Dispatcher, rng: np.random.Generator) -> list[tuple[str, .
             t.name: tuple(case.shapes.get(t.name, tuple(case.dims[x] for x in t.shape)))
             for t in op.inputs
         }
-        bind_dims(op, shapes, resolve_attrs(op, case.attrs))  # fails loudly on a bad case
+        dims = bind_dims(op, shapes, resolve_attrs(op, case.attrs))  # fails loudly on a bad case
         inputs = {
             t.name: references.make_input(
                 rng,
                 shapes[t.name],
                 DTYPES[t.dtype or dtype].np_dtype,
-                ref.domains.get(t.name, "normal"),
+                references.domain_of(ref, t.name, dims),
             )
             for t in op.inputs
         }

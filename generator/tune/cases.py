@@ -36,6 +36,8 @@ BY_CONVENTION: dict[str, tuple[Case, ...]] = {
             attrs={"kernel_h": 2, "kernel_w": 2, "stride_h": 2, "stride_w": 2},
         ),
     ),
+    "along_axis": (Case({"B": 4096, "R": 1024, "I": 1, "J": 16}),),
+    "embedding": (Case({"M": 4096, "V": 32000, "D": 1024}),),
 }
 
 

@@ -149,7 +149,7 @@ def verify(rt: Runtime, inst: Instance, params: Params | None = None) -> Verdict
                 rng,
                 shapes[t.name],
                 DTYPES[t.dtype or inst.dtype].np_dtype,
-                ref.domains.get(t.name, "normal"),
+                references.domain_of(ref, t.name, dims),
             )
             for t in op.inputs
         }

@@ -53,7 +53,7 @@ class Answer(TypedDict):
 
 
 def request(op: OpSig, dtype: str, sizes: dict[str, int], attrs: dict[str, float | int]) -> Request:
-    domains = references.reference_of(op).domains
+    ref = references.reference_of(op)
     return {
         "op": op.name,
         "reference": op.reference or "",
@@ -64,7 +64,7 @@ def request(op: OpSig, dtype: str, sizes: dict[str, int], attrs: dict[str, float
             t.name: {
                 "shape": [sizes[d] for d in t.shape],
                 "dtype": t.dtype or dtype,
-                "domain": domains.get(t.name, "normal"),
+                "domain": references.domain_of(ref, t.name, sizes),
             }
             for t in op.inputs
         },
