@@ -23,6 +23,7 @@ __all__ = [
     'cast_f64',
     'cast_i32',
     'clip',
+    'concat',
     'conv2d',
     'div',
     'embedding',
@@ -243,6 +244,22 @@ def clip(
     Spec: specs/clip.yaml.
     """
     return call_op('clip', (x, lo, hi), {}, {}, queue)
+
+
+def concat(
+    arrays: Any,
+    *,
+    axis: int | None = 0,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = numpy.concatenate(arrays, axis) (torch.cat): arrays of one rank and equal sizes off the axis, dtypes promoted as NumPy's (call: concat; axis an int, default 0, or None for the flattened arrays). A launch joins two arrays viewed as a [B, RA, I] and b [B, RB, I] into [B, RA + RB, I]; more arrays take one launch per join, joining the adjacent pair with the fewest elements first (each element is copied about log2(len(arrays)) times for arrays of equal sizes)
+
+    Inputs: a sequence of arrays, taken two at a time as a [B, RA, I] (f32|f64|f16|i32), b [B, RB, I] (f32|f64|f16|i32).
+    Returns: y [B, R, I] (f32|f64|f16|i32).
+    Calling convention: concat (numpy.concatenate(arrays, axis): one sequence of arrays of one rank, equal sizes off `axis` (an int, default 0, or None: every array flattened); dtypes promote as numpy.result_type; a launch joins two arrays viewed as [B, RA, I] and [B, RB, I], more take one launch per join, the smallest adjacent pair first).
+    Spec: specs/concat.yaml.
+    """
+    return call_op('concat', (*arrays,), {}, {'axis': axis}, queue)
 
 
 def conv2d(

@@ -43,6 +43,7 @@ SIZES: dict[str, dict[str, int]] = {
     "pool2d": {"N": 32, "C": 64, "H": 56, "W": 56, "OH": 28, "OW": 28},
     "along_axis": {"B": 4096, "R": 1024, "I": 1, "J": 16},
     "embedding": {"M": 4096, "V": 32000, "D": 1024},
+    "concat": {"B": 1, "RA": 2048, "RB": 2048, "I": 4096},
 }
 
 

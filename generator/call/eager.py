@@ -123,15 +123,19 @@ def prepare(
 ) -> EagerCall:
     d = dispatcher(queue)
     sig = d.registry.op(op)
-    if len(inputs) != len(sig.inputs):
+    conv = CONVENTIONS[sig.call]
+    if not conv.variadic and len(inputs) != len(sig.inputs):
         raise CallError(f"{op}: takes {len(sig.inputs)} inputs, got {len(inputs)}")
-    given = {t.name: a for t, a in zip(sig.inputs, inputs, strict=True)}
-    for t in sig.inputs:
+    given = {t.name: a for t, a in zip(sig.inputs, inputs, strict=not conv.variadic)}
+    for t in () if conv.variadic else sig.inputs:
         if given[t.name] is None and not t.optional:
             raise CallError(f"{op}: input {t.name!r} is None; it is required (an array)")
     _check_options(sig, options or {})
     try:
-        canon = CONVENTIONS[sig.call].canonical(sig, given, options or {})
+        if conv.variadic:
+            canon = conv.canonical_many(sig, inputs, options or {})
+        else:
+            canon = conv.canonical(sig, given, options or {})
         filled = _filled(d, sig, _cast(d, sig, canon.inputs, canon.casts, queue))
     except ClforgeError:
         raise
@@ -159,7 +163,7 @@ def call_op(
     if key is not None:
         recipe = d._recipes.get(key)
         if recipe is not None:
-            return _then(op, recipe.run(d.runtime, inputs), attrs, recipe.then, queue)
+            return _then(op, recipe.run(d.runtime, inputs), inputs, attrs, recipe.then, queue)
     c = prepare(op, inputs, attrs, options, queue)
     if c.then is not None and any(isinstance(a, np.ndarray | np.generic) for a in inputs):
         # several launches: NumPy inputs go to the device once, the result comes back once
@@ -175,21 +179,28 @@ def call_op(
         recipe = Recipe.learn(c, plan, inputs, outs, result)
         if recipe is not None:
             d._recipes[key] = recipe
-    return _then(op, outputs_in_order(c.op, result), attrs, c.then, queue)
+    return _then(op, outputs_in_order(c.op, result), inputs, attrs, c.then, queue)
 
 
 def _then(
     op: str,
     result: Any,
+    inputs: Sequence[Any],
     attrs: Mapping[str, Any],
     then: Then | None,
     queue: cl.CommandQueue | None,
 ) -> Any:
-    """`result`, or, when the convention asked for a further call of the op on it (see
-    :class:`generator.conventions.base.Then`), that call's result viewed as `then.shape`."""
+    """`result`, or, when the convention asked for a further call of the op on it and on some
+    of the call's `inputs` (see :class:`generator.conventions.base.Then`), that call's result
+    viewed as `then.shape`."""
     if then is None:
         return result
-    return call_op(op, (result,), attrs, then.options, queue).reshape(then.shape)
+    further = (
+        *(inputs[i] for i in then.before),
+        result,
+        *(inputs[i] for i in then.after),
+    )
+    return call_op(op, further, attrs, then.options, queue).reshape(then.shape)
 
 
 def _recipe_key(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from generator.conventions.base import Canonical, Convention, PyParam
 from generator.conventions.indexing import AlongAxis, Embedding
+from generator.conventions.joining import Concat
 from generator.conventions.linalg import Gemm, Matmul, Permute
 from generator.conventions.names import CONVENTION_NAMES
 from generator.conventions.nn import Attention, Channels, Conv2d, Pool2d
@@ -27,6 +28,7 @@ CONVENTIONS: dict[str, Convention] = {
         Pool2d(),
         AlongAxis(),
         Embedding(),
+        Concat(),
     )
 }
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -25,11 +25,16 @@ class PyParam:
 @dataclass(frozen=True)
 class Then:
     """A further call of the same op, on the (one) result of this one, for a call that one
-    launch cannot do (a reduction over axes that are not adjacent: one group of axes at a time).
-    `options` are that call's convention options; its result is viewed as `shape`."""
+    launch cannot do (a reduction over axes that are not adjacent: one group of axes at a time;
+    a concatenation of more than two arrays: two at a time). Its inputs are the call's inputs
+    at the positions `before`, the result, then those at `after` (positions, not arrays, so
+    that a memoized call replays with its own arrays); `options` are its convention options;
+    its result is viewed as `shape`."""
 
     options: Mapping[str, Any]
     shape: tuple[int, ...]
+    before: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,9 @@ class Convention:
 
     name: ClassVar[str]
     doc: ClassVar[str]
+    # the eager function takes one sequence of arrays (np.concatenate's) instead of the op's
+    # inputs; canonical_many maps it
+    variadic: ClassVar[bool] = False
 
     def params(self, op: OpSig) -> tuple[PyParam, ...]:
         return ()
@@ -66,6 +74,12 @@ class Convention:
     def canonical(
         self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
     ) -> Canonical:
+        raise NotImplementedError
+
+    def canonical_many(
+        self, op: OpSig, arrays: Sequence[Any], options: Mapping[str, Any]
+    ) -> Canonical:
+        """A variadic convention's call: any number of arrays, in the caller's order."""
         raise NotImplementedError
 
 

@@ -16,4 +16,5 @@ CONVENTION_NAMES: tuple[str, ...] = (
     "pool2d",  # PyTorch's 2-d pooling: NCHW or CHW, kernel_size, stride, padding, dilation
     "along_axis",  # numpy.take_along_axis: [B, R, I] and indices [B, J, I] around an axis
     "embedding",  # PyTorch's embedding: indices of any shape, a (V, D) table
+    "concat",  # numpy.concatenate: a sequence of arrays, joined two at a time around an axis
 )

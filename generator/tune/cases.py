@@ -38,6 +38,7 @@ BY_CONVENTION: dict[str, tuple[Case, ...]] = {
     ),
     "along_axis": (Case({"B": 4096, "R": 1024, "I": 1, "J": 16}),),
     "embedding": (Case({"M": 4096, "V": 32000, "D": 1024}),),
+    "concat": (Case({"B": 1, "RA": 2048, "RB": 2048, "I": 4096}),),
 }
 
 
