@@ -51,7 +51,9 @@ class Canonical:
 
 class Convention:
     """Subclasses map arrays of any shape onto an op's dims and back. They may only reshape
-    (views), pad ranks and reinterpret; they never compute."""
+    (views), pad ranks, reinterpret and check (NumPy index arrays are read for their range);
+    they never compute a result: conversions they need are `Canonical.casts`, further launches
+    `Canonical.then`, both carried out by the eager layer."""
 
     name: ClassVar[str]
     doc: ClassVar[str]
