@@ -241,7 +241,7 @@ def _chosen(profile, op, dtype="f32", layouts=None, dims=None) -> str | None:
         ("nvidia-h100", "gpu_tiled", "generic", "gpu_tiled"),  # the H100 profile lacks fp16
         ("amd-mi250x", "gpu_tiled", "generic_half", "gpu_tiled"),
         ("intel-max-1100", "gpu_tiled", "generic_half", "gpu_tiled"),
-        ("pocl-cpu", "cpu", "generic", "cpu"),
+        ("pocl-cpu", "cpu_packed", "generic", "cpu"),
         (UNKNOWN, "generic", "generic", "generic"),
     ],
 )
@@ -253,6 +253,13 @@ def test_choice_on_each_profile(profile, conv: str, conv_f16: str, attn: str) ->
     got = _chosen(p, "conv2d", "f16", {"x": "nhwc"}, CONV_DIMS)  # y follows x
     assert got == f"conv2d__{conv_f16}__f16__x_nhwc__y_nhwc"
     assert _chosen(p, "attention", dims=ATTN_DIMS) == f"attention__{attn}__f32"
+
+
+def test_grouped_convolutions_take_the_direct_cpu_kernel() -> None:
+    """The packed implicit GEMM serves ungrouped convolutions (its guard: groups == 1)."""
+    p = find_profile("pocl-cpu")
+    grouped = {**CONV_DIMS, "groups": 2, "CG": CONV_DIMS["C"] // 2}
+    assert _chosen(p, "conv2d", dims=grouped) == "conv2d__cpu__f32__x_row__y_row"
 
 
 def test_attention_head_dims_past_the_gpu_tile_fall_back() -> None:

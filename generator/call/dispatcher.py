@@ -34,6 +34,7 @@ from generator.call.binding import (
 )
 from generator.call.compiled import CompiledOp, TensorType, specialize
 from generator.call.selection import Selection, by_measurement, chosen_or_raise, select
+from generator.conventions.base import Then
 from generator.device.profile import DeviceProfile
 from generator.device.query import from_device
 from generator.errors import (
@@ -57,6 +58,9 @@ __all__ = ["ClforgeWarning", "Dispatcher", "TensorType", "dispatcher"]
 
 class Replay(Protocol):
     """A memoized eager call (see :class:`generator.call.eager.Recipe`)."""
+
+    @property
+    def then(self) -> Then | None: ...  # the convention's further call on the result
 
     def run(self, rt: Runtime, given: Any) -> Any: ...
 

@@ -37,7 +37,11 @@ def _tensor_doc(t: TensorSig, dtypes: tuple[str, ...]) -> str:
 
 def _function(op: OpSig) -> str:
     conv = CONVENTIONS[op.call]
-    params = [f"{t.name}: Any" + (" = None" if t.optional else "") for t in op.inputs] + ["*"]
+    if conv.variadic:  # one sequence of arrays, as np.concatenate takes them
+        params = ["arrays: Any", "*"]
+    else:
+        params = [f"{t.name}: Any" + (" = None" if t.optional else "") for t in op.inputs]
+        params.append("*")
     params += [f"{p.name}: {p.annotation} = {p.default}" for p in conv.params(op)]
     attr_sigs = [a for a in op.attrs if a.name not in conv.supplies(op)]
     for a in attr_sigs:  # a required attribute (no default) is a required keyword
@@ -47,11 +51,15 @@ def _function(op: OpSig) -> str:
         )
     params.append("queue: cl.CommandQueue | None = None")
     inputs = ", ".join(t.name for t in op.inputs) + ("," if len(op.inputs) == 1 else "")
+    if conv.variadic:
+        inputs = "*arrays,"
     attrs = ", ".join(f"{a.name!r}: {a.name}" for a in attr_sigs)
     options = ", ".join(f"{p.name!r}: {p.name}" for p in conv.params(op))
     ret = "Any" if len(op.outputs) == 1 else f"tuple[{', '.join('Any' for _ in op.outputs)}]"
     doc = [op.doc or op.name, ""]
-    doc += ["Inputs: " + ", ".join(_tensor_doc(t, op.dtypes) for t in op.inputs) + "."]
+    each = ", ".join(_tensor_doc(t, op.dtypes) for t in op.inputs)
+    doc += [f"Inputs: a sequence of arrays, taken two at a time as {each}." if conv.variadic
+            else f"Inputs: {each}."]
     doc += ["Returns: " + ", ".join(_tensor_doc(t, op.dtypes) for t in op.outputs) + "."]
     doc += [f"Calling convention: {conv.name} ({conv.doc}).", f"Spec: {op.spec}."]
     body = "\n".join(f"    {line}" if line else "" for line in doc).lstrip()

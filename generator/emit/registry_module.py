@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from generator.registry.records import Instance, OpSig
@@ -31,6 +32,8 @@ def _py(obj: Any, indent: int) -> str:
         if "\n" not in flat and len(flat) + len(pad) < 90:
             return flat
         return "(\n" + "".join(f"{pad}    {x},\n" for x in inner) + f"{pad})"
+    if isinstance(obj, float) and not math.isfinite(obj):  # a fill of .inf: no bare `inf`
+        return f"float({str(obj)!r})"
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return repr(obj)
     raise TypeError(f"cannot emit {type(obj).__name__} into the registry")

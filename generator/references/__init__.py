@@ -32,6 +32,16 @@ def expected(
     return reference_of(op, roots).fn(wide, dict(attrs or {}))
 
 
+def domain_of(ref: Reference, name: str, dims: Mapping[str, int]) -> str:
+    """The domain `make_input` draws input `name` from, with the case's sizes `dims` filled in
+    (an "index_of:DIM" domain needs the size of DIM)."""
+    domain = ref.domains.get(name, "normal")
+    if domain.startswith("index_of:"):
+        _, dim, *rest = domain.split(":")
+        return ":".join(["below", str(dims[dim]), *rest])
+    return domain
+
+
 # the cases of an op whose reference lists none, by its number of dims: 1, primes, sizes that
 # are no multiple of any tile or vector width, empty tensors
 DEFAULT_SIZES: dict[int, list[tuple[int, ...]]] = {
@@ -59,6 +69,7 @@ __all__ = [
     "Reference",
     "Referenced",
     "cases_of",
+    "domain_of",
     "expected",
     "make_input",
     "reference_of",

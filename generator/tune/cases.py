@@ -29,6 +29,16 @@ BY_CONVENTION: dict[str, tuple[Case, ...]] = {
     ),
     "conv2d": (Case({"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3}),),
     "attention": (Case({"B": 1, "H": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64}),),
+    "channels": (Case({"N": 32, "C": 64, "S": 3136}),),
+    "pool2d": (
+        Case(
+            {"N": 32, "C": 64, "H": 56, "W": 56},
+            attrs={"kernel_h": 2, "kernel_w": 2, "stride_h": 2, "stride_w": 2},
+        ),
+    ),
+    "along_axis": (Case({"B": 4096, "R": 1024, "I": 1, "J": 16}),),
+    "embedding": (Case({"M": 4096, "V": 32000, "D": 1024}),),
+    "concat": (Case({"B": 1, "RA": 2048, "RB": 2048, "I": 4096}),),
 }
 
 

@@ -33,16 +33,22 @@ class VerifyError(AssertionError):
 
 
 def mismatch(
-    what: str, dtype: str, got: np.ndarray, want: np.ndarray, reduce_len: int
+    what: str,
+    dtype: str,
+    got: np.ndarray,
+    want: np.ndarray,
+    reduce_len: int,
+    exact: bool = False,
 ) -> str | None:
-    """Why `got` is not `want` at the dtype's tolerance, or None when it is."""
+    """Why `got` is not `want` at the tolerance of `dtype` (the output's), or None when it is;
+    `exact`: equal element for element (NaN equal to NaN), whatever the dtype."""
     d = DTYPES[dtype]
     if got.shape != want.shape:
         return f"{what}: shape {got.shape} != {want.shape}"
     if not got.size:
         return None
     try:
-        if not d.is_float and np.issubdtype(want.dtype, np.integer):
+        if exact or (not d.is_float and np.issubdtype(want.dtype, np.integer)):
             np.testing.assert_array_equal(got, want, err_msg=what)
             return None
         finite = np.isfinite(want)
@@ -191,7 +197,7 @@ def verify(rt: Runtime, inst: Instance, params: Params | None = None) -> Verdict
                 rng,
                 shapes[t.name],
                 DTYPES[t.dtype or inst.dtype].np_dtype,
-                ref.domains.get(t.name, "normal"),
+                references.domain_of(ref, t.name, dims),
             )
             for t in op.inputs
         }
@@ -203,7 +209,12 @@ def verify(rt: Runtime, inst: Instance, params: Params | None = None) -> Verdict
         reduce_len = dims.get(ref.reduce, 0) if ref.reduce else 0
         for t in op.outputs:
             problem = mismatch(
-                f"{t.name} {case}", inst.dtype, got[t.name], want[t.name], reduce_len
+                f"{t.name} {case}",
+                t.dtype or inst.dtype,
+                got[t.name],
+                want[t.name],
+                reduce_len,
+                ref.exact,
             )
             if problem:
                 return Verdict(inst.name, chosen, ran, problem)

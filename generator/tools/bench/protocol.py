@@ -63,7 +63,7 @@ def request(
     roots: Sequence[Path] = (),
 ) -> Request:
     """A case for a peer's process; `roots`: the trees' folders, for an extension's reference."""
-    domains = references.reference_of(op, roots).domains
+    ref = references.reference_of(op, roots)
     return {
         "op": op.name,
         "reference": op.reference or "",
@@ -75,7 +75,7 @@ def request(
             t.name: {
                 "shape": [sizes[d] for d in t.shape],
                 "dtype": t.dtype or dtype,
-                "domain": domains.get(t.name, "normal"),
+                "domain": references.domain_of(ref, t.name, sizes),
             }
             for t in op.inputs
         },
