@@ -78,3 +78,15 @@ def test_every_op_names_a_reference_that_resolves() -> None:
     for op in REG.ops.values():
         assert op.reference, op.name
         assert callable(references.reference_of(op).fn), op.name
+
+
+@pytest.mark.parametrize("name", sorted(n for n in REG.instances if "NT_MIN" in REG.instance(n).param_map))
+def test_streaming_stores_match_numpy(runtime, name: str) -> None:
+    """The streaming-store path of a kernel, taken from NT_MIN output elements on, on every case
+    (NT_MIN = 0: always taken; the tuner's larger thresholds run the same code)."""
+    from generator.params.space import as_params
+    from generator.tune.verify import verify
+
+    inst = REG.instance(name)
+    verdict = verify(runtime, inst, as_params({**inst.param_map, "NT_MIN": 0}))
+    assert verdict.ok, str(verdict)
