@@ -80,7 +80,10 @@ def test_every_op_names_a_reference_that_resolves() -> None:
         assert callable(references.reference_of(op).fn), op.name
 
 
-@pytest.mark.parametrize("name", sorted(n for n in REG.instances if "NT_MIN" in REG.instance(n).param_map))
+STREAMING = sorted(n for n, i in REG.instances.items() if "NT_MIN" in i.param_map)
+
+
+@pytest.mark.parametrize("name", STREAMING)
 def test_streaming_stores_match_numpy(runtime, name: str) -> None:
     """The streaming-store path of a kernel, taken from NT_MIN output elements on, on every case
     (NT_MIN = 0: always taken; the tuner's larger thresholds run the same code)."""
