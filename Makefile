@@ -66,7 +66,7 @@ test: $(OPENCL)
 	$(BIN)/clforge generate --check
 	$(BIN)/clforge lint
 	$(BIN)/clforge schema --check
-	$(BIN)/ruff check generator tests tools
+	$(BIN)/ruff check generator tests tools examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q

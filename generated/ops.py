@@ -16,8 +16,17 @@ __all__ = [
     'add',
     'argmax',
     'attention',
+    'avg_pool2d',
+    'batch_norm',
+    'cast_f16',
+    'cast_f32',
+    'cast_f64',
+    'cast_i32',
+    'clip',
+    'concat',
     'conv2d',
     'div',
+    'embedding',
     'exp',
     'gelu',
     'gemm',
@@ -27,6 +36,7 @@ __all__ = [
     'log_softmax',
     'matmul',
     'max',
+    'max_pool2d',
     'maximum',
     'mean',
     'min',
@@ -44,7 +54,9 @@ __all__ = [
     'sqrt',
     'sub',
     'sum',
+    'take_along_axis',
     'tanh',
+    'where',
 ]
 
 
@@ -73,7 +85,7 @@ def add(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/add.yaml.
     """
     return call_op('add', (a, b), {}, {}, queue)
@@ -82,15 +94,15 @@ def add(
 def argmax(
     x: Any,
     *,
-    axis: int = -1,
+    axis: int | None = None,
     keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[b, i] = the index r of the largest x[b, r, i] (i32), over any one axis (call: axis; keepdims). Ties go to the first index and a NaN counts as the largest (its first occurrence), like NumPy. An empty axis is an error.
+    """y[b, i] = the index r of the largest x[b, r, i] (i32), over one axis, or every axis of the flattened input with axis=None (the default), as NumPy's (call: axis; keepdims). Ties go to the first index and a NaN counts as the largest (its first occurrence), like NumPy. An empty axis is an error.
 
     Inputs: x [B, R, I] (f32|f64|f16|i32).
     Returns: y [B, I] (i32).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/argmax.yaml.
     """
     return call_op('argmax', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
@@ -113,6 +125,141 @@ def attention(
     Spec: specs/attention.yaml.
     """
     return call_op('attention', (q, k, v), {'causal': causal}, {'scale': scale}, queue)
+
+
+def avg_pool2d(
+    x: Any,
+    *,
+    kernel_size: int | tuple[int, int] | None = None,
+    stride: int | tuple[int, int] | None = None,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[n, c, oh, ow] = the sum of the window's taps inside the input over a divisor, as torch.nn.functional.avg_pool2d (call: pool2d; kernel_size, stride (default: kernel_size), padding, ceil_mode, count_include_pad, divisor_override): the divisor is divisor_override when given, else with count_include_pad the taps inside the padded input (not those of a ceil_mode window past it), else the taps inside the input; a window with no tap inside gives 0. dilation (default 1) goes beyond PyTorch, as ONNX's AveragePool has it. Sums accumulate in float for f16
+
+    Inputs: x [N, C, H, W] (f32|f64|f16).
+    Returns: y [N, C, OH, OW] (f32|f64|f16).
+    Calling convention: pool2d (x is (N, C, H, W) or, unbatched, (C, H, W), NCHW as PyTorch's pooling takes it; kernel_size (required), stride (default: kernel_size), padding and dilation are an int or an (h, w) pair; ceil_mode, and where the op has them count_include_pad and divisor_override (None: none); y takes x's rank).
+    Spec: specs/avg_pool2d.yaml.
+    """
+    return call_op('avg_pool2d', (x,), {}, {'kernel_size': kernel_size, 'stride': stride, 'padding': padding, 'dilation': dilation, 'ceil_mode': ceil_mode, 'count_include_pad': count_include_pad, 'divisor_override': divisor_override}, queue)
+
+
+def batch_norm(
+    x: Any,
+    running_mean: Any,
+    running_var: Any,
+    weight: Any = None,
+    bias: Any = None,
+    *,
+    eps: float = 1e-05,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = (x - running_mean) / sqrt(running_var + eps) * weight + bias per channel, PyTorch's batch_norm for inference (training=False): x is (N, C, *) (call: channels), the statistics, weight and bias are (C,); weight and bias are optional (1 and 0). f16 is computed in float.
+
+    Inputs: x [N, C, S] (f32|f64|f16), running_mean [C] (f32|f64|f16), running_var [C] (f32|f64|f16), weight [C] (f32|f64|f16; optional, default all 1), bias [C] (f32|f64|f16; optional, default all 0).
+    Returns: y [N, C, S] (f32|f64|f16).
+    Calling convention: channels (x is (N, C, *) as PyTorch's batch_norm takes it, viewed as [N, C, S] (S the product of the trailing axes, 1 for (N, C)); the other inputs are per-channel vectors (C,); the output takes x's shape).
+    Spec: specs/batch_norm.yaml.
+    """
+    return call_op('batch_norm', (x, running_mean, running_var, weight, bias), {'eps': eps}, {}, queue)
+
+
+def cast_f16(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x as f16 (NumPy's astype(float16)): rounded to nearest even, f64 directly (no double rounding); beyond ±65504 gives ±inf
+
+    Inputs: x [N] (f16|f32|f64|i32).
+    Returns: y [N] (f16).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/cast_f16.yaml.
+    """
+    return call_op('cast_f16', (x,), {}, {}, queue)
+
+
+def cast_f32(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x as f32 (NumPy's astype(float32)): f64 and i32 rounded to nearest even (beyond the f32 range: ±inf); f16 exactly
+
+    Inputs: x [N] (f16|f32|f64|i32).
+    Returns: y [N] (f32).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/cast_f32.yaml.
+    """
+    return call_op('cast_f32', (x,), {}, {}, queue)
+
+
+def cast_f64(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x as f64 (NumPy's astype(float64)): exact from every dtype
+
+    Inputs: x [N] (f16|f32|f64|i32).
+    Returns: y [N] (f64).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/cast_f64.yaml.
+    """
+    return call_op('cast_f64', (x,), {}, {}, queue)
+
+
+def cast_i32(
+    x: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = x as i32 (NumPy's astype(int32)): floats truncate toward zero; NaN and values beyond the i32 range, which NumPy leaves undefined (INT_MIN on x86, with a RuntimeWarning), saturate: NaN gives 0, below -2^31 gives -2^31, above 2^31 - 1 gives 2^31 - 1 (OpenCL convert_int_sat_rtz)
+
+    Inputs: x [N] (f16|f32|f64|i32).
+    Returns: y [N] (i32).
+    Calling convention: flat (one dim N; inputs of any equal shape are flattened, outputs take that shape).
+    Spec: specs/cast_i32.yaml.
+    """
+    return call_op('cast_i32', (x,), {}, {}, queue)
+
+
+def clip(
+    x: Any,
+    lo: Any = None,
+    hi: Any = None,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """out = minimum(maximum(x, lo), hi), as numpy.clip (torch.clamp): lo and hi are arrays that broadcast, numbers, or None (no bound), and the dtypes promote as NumPy's (an i32 x with a float bound makes f64). NaN in any input gives NaN; lo > hi gives hi
+
+    Inputs: x [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), lo [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts; optional, default all -inf), hi [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts; optional, default all inf).
+    Returns: out [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
+    Spec: specs/clip.yaml.
+    """
+    return call_op('clip', (x, lo, hi), {}, {}, queue)
+
+
+def concat(
+    arrays: Any,
+    *,
+    axis: int | None = 0,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y = numpy.concatenate(arrays, axis) (torch.cat): arrays of one rank and equal sizes off the axis, dtypes promoted as NumPy's (call: concat; axis an int, default 0, or None for the flattened arrays). A launch joins two arrays viewed as a [B, RA, I] and b [B, RB, I] into [B, RA + RB, I]; more arrays take one launch per join, joining the adjacent pair with the fewest elements first (each element is copied about log2(len(arrays)) times for arrays of equal sizes)
+
+    Inputs: a sequence of arrays, taken two at a time as a [B, RA, I] (f32|f64|f16|i32), b [B, RB, I] (f32|f64|f16|i32).
+    Returns: y [B, R, I] (f32|f64|f16|i32).
+    Calling convention: concat (numpy.concatenate(arrays, axis): one sequence of arrays of one rank, equal sizes off `axis` (an int, default 0, or None: every array flattened); dtypes promote as numpy.result_type; a launch joins two arrays viewed as [B, RA, I] and [B, RB, I], more take one launch per join, the smallest adjacent pair first).
+    Spec: specs/concat.yaml.
+    """
+    return call_op('concat', (*arrays,), {}, {'axis': axis}, queue)
 
 
 def conv2d(
@@ -147,10 +294,26 @@ def div(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/div.yaml.
     """
     return call_op('div', (a, b), {}, {}, queue)
+
+
+def embedding(
+    indices: Any,
+    weight: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[m, d] = weight[indices[m], d], torch.nn.functional.embedding(indices, weight) (call: embedding): indices of any shape, i32 (NumPy int arrays are converted once checked), weight (V, D); y is indices.shape + (D,). An index outside [0, V) is a CallError before the launch for NumPy indices, as PyTorch's IndexError; device indices are not read on the host, and the kernel clamps them into [0, V - 1] (documented, never out of bounds)
+
+    Inputs: indices [M] (i32), weight [V, D] (f32|f64|f16|i32).
+    Returns: y [M, D] (f32|f64|f16|i32).
+    Calling convention: embedding (torch.nn.functional.embedding(indices, weight): indices of any shape, flattened to [M]; weight (V, D); y is indices.shape + (D,); NumPy indices outside [0, V) are refused).
+    Spec: specs/embedding.yaml.
+    """
+    return call_op('embedding', (indices, weight), {}, {}, queue)
 
 
 def exp(
@@ -265,7 +428,7 @@ def log_softmax(
 
     Inputs: x [B, R, I] (f32|f64|f16).
     Returns: y [B, R, I] (f32|f64|f16).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/log_softmax.yaml.
     """
     return call_op('log_softmax', (x,), {}, {'axis': axis}, queue)
@@ -290,18 +453,38 @@ def matmul(
 def max(
     x: Any,
     *,
-    axis: int = -1,
+    axis: int | tuple[int, ...] | None = None,
     keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[b, i] = max over r of x[b, r, i], over any one axis (call: axis; keepdims). NaN propagates like NumPy. An empty axis is an error (no identity).
+    """y[b, i] = max over r of x[b, r, i], NumPy's max over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims); axes that are not adjacent take one launch per group of adjacent axes. NaN propagates like NumPy. An empty axis is an error (no identity).
 
     Inputs: x [B, R, I] (f32|f64|f16|i32).
     Returns: y [B, I] (f32|f64|f16|i32).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/max.yaml.
     """
     return call_op('max', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
+
+
+def max_pool2d(
+    x: Any,
+    *,
+    kernel_size: int | tuple[int, int] | None = None,
+    stride: int | tuple[int, int] | None = None,
+    padding: int | tuple[int, int] = 0,
+    dilation: int | tuple[int, int] = 1,
+    ceil_mode: bool = False,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[n, c, oh, ow] = the largest x[n, c, oh * stride_h - pad_h + i * dil_h, ow * stride_w - pad_w + j * dil_w] over the window's taps inside the input (padding never wins), as torch.nn.functional.max_pool2d (call: pool2d; kernel_size, stride (default: kernel_size), padding, dilation, ceil_mode); NaN propagates, as in PyTorch
+
+    Inputs: x [N, C, H, W] (f32|f64|f16).
+    Returns: y [N, C, OH, OW] (f32|f64|f16).
+    Calling convention: pool2d (x is (N, C, H, W) or, unbatched, (C, H, W), NCHW as PyTorch's pooling takes it; kernel_size (required), stride (default: kernel_size), padding and dilation are an int or an (h, w) pair; ceil_mode, and where the op has them count_include_pad and divisor_override (None: none); y takes x's rank).
+    Spec: specs/max_pool2d.yaml.
+    """
+    return call_op('max_pool2d', (x,), {}, {'kernel_size': kernel_size, 'stride': stride, 'padding': padding, 'dilation': dilation, 'ceil_mode': ceil_mode}, queue)
 
 
 def maximum(
@@ -314,7 +497,7 @@ def maximum(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/maximum.yaml.
     """
     return call_op('maximum', (a, b), {}, {}, queue)
@@ -323,15 +506,15 @@ def maximum(
 def mean(
     x: Any,
     *,
-    axis: int = -1,
+    axis: int | tuple[int, ...] | None = None,
     keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[b, i] = mean over r of x[b, r, i], over any one axis (call: axis; keepdims). Sums accumulate in float for f16. The mean of an empty axis is NaN, like NumPy (which also warns).
+    """y[b, i] = mean over r of x[b, r, i], NumPy's mean over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims); axes that are not adjacent take one launch per group of adjacent axes (a mean of means, f16 rounding to half between launches). Sums accumulate in float for f16. The mean of an empty axis is NaN, like NumPy (which also warns).
 
     Inputs: x [B, R, I] (f32|f64|f16).
     Returns: y [B, I] (f32|f64|f16).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/mean.yaml.
     """
     return call_op('mean', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
@@ -340,15 +523,15 @@ def mean(
 def min(
     x: Any,
     *,
-    axis: int = -1,
+    axis: int | tuple[int, ...] | None = None,
     keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[b, i] = min over r of x[b, r, i], over any one axis (call: axis; keepdims). NaN propagates like NumPy. An empty axis is an error (no identity).
+    """y[b, i] = min over r of x[b, r, i], NumPy's min over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims); axes that are not adjacent take one launch per group of adjacent axes. NaN propagates like NumPy. An empty axis is an error (no identity).
 
     Inputs: x [B, R, I] (f32|f64|f16|i32).
     Returns: y [B, I] (f32|f64|f16|i32).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/min.yaml.
     """
     return call_op('min', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
@@ -364,7 +547,7 @@ def minimum(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/minimum.yaml.
     """
     return call_op('minimum', (a, b), {}, {}, queue)
@@ -380,7 +563,7 @@ def mul(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/mul.yaml.
     """
     return call_op('mul', (a, b), {}, {}, queue)
@@ -405,10 +588,6 @@ def permute(
     x: Any,
     *,
     axes: tuple[int, ...] | None = None,
-    p0: int | None = None,
-    p1: int | None = None,
-    p2: int | None = None,
-    p3: int | None = None,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
     """y = x with its axes permuted: y[e0, e1, e2, e3] = x at index i where i[p_k] = e_k, i.e. numpy.transpose(x, (p0, p1, p2, p3)); E_k = D_{p_k}. It only moves data (f16 is copied as 16-bit words). The `permute` calling convention takes ranks 1 to 4 and numpy.transpose's `axes=` (default: reversed), and sets p0..p3 from it.
@@ -418,7 +597,7 @@ def permute(
     Calling convention: permute (numpy.transpose: an input of rank 0 to 4 and `axes` (default: reversed); the input is padded to rank 4 with leading 1s and p0..p3 are set from axes (leave them unset)).
     Spec: specs/permute.yaml.
     """
-    return call_op('permute', (x,), {'p0': p0, 'p1': p1, 'p2': p2, 'p3': p3}, {'axes': axes}, queue)
+    return call_op('permute', (x,), {}, {'axes': axes}, queue)
 
 
 def pow(
@@ -427,11 +606,11 @@ def pow(
     *,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """c = a ** b (OpenCL pow: NaN for a < 0 with a non-integer b), elementwise, with NumPy broadcasting (ranks up to 4)
+    """c = a ** b, elementwise, with NumPy broadcasting (ranks up to 4) and promotion (an i32 exponent with f32 bases makes f64, as numpy.result_type). Floats: OpenCL pow (NaN for a < 0 with a non-integer b). i32: integer power by squaring, wrapping modulo 2^32 like NumPy's; a negative exponent, which NumPy refuses (ValueError), gives the integer part of the real power: 1 for base 1, 1 or -1 for base -1 (exponent even or odd), 0 for any other base, 0 included (not checked before the launch: that would need a pass over the exponents)
 
-    Inputs: a [D0, D1, D2, D3] (f32|f64|f16; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16; broadcasts).
-    Returns: c [D0, D1, D2, D3] (f32|f64|f16).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
+    Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/pow.yaml.
     """
     return call_op('pow', (a, b), {}, {}, queue)
@@ -525,7 +704,7 @@ def softmax(
 
     Inputs: x [B, R, I] (f32|f64|f16).
     Returns: y [B, R, I] (f32|f64|f16).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/softmax.yaml.
     """
     return call_op('softmax', (x,), {}, {'axis': axis}, queue)
@@ -556,7 +735,7 @@ def sub(
 
     Inputs: a [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), b [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
     Returns: c [D0, D1, D2, D3] (f32|f64|f16|i32).
-    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
     Spec: specs/sub.yaml.
     """
     return call_op('sub', (a, b), {}, {}, queue)
@@ -565,18 +744,35 @@ def sub(
 def sum(
     x: Any,
     *,
-    axis: int = -1,
+    axis: int | tuple[int, ...] | None = None,
     keepdims: bool = False,
     queue: cl.CommandQueue | None = None,
 ) -> Any:
-    """y[b, i] = sum over r of x[b, r, i], a reduction over any one axis (call: axis; keepdims). An empty axis sums to 0. i32 accumulates in 32 bits and wraps modulo 2^32 on overflow, like C unsigned arithmetic (NumPy's default would widen to int64).
+    """y[b, i] = sum over r of x[b, r, i], NumPy's sum over axis=None (every axis, the default), an int or a tuple of axes (call: axis; keepdims). An empty axis sums to 0. Axes that are not adjacent are reduced one group of adjacent axes per launch (f16 rounds to half between launches). i32 accumulates in 32 bits and wraps modulo 2^32 on overflow, like C unsigned arithmetic (NumPy's default would widen to int64).
 
     Inputs: x [B, R, I] (f32|f64|f16|i32).
     Returns: y [B, I] (f32|f64|f16|i32).
-    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape) or [B, I] (reduced, `keepdims` keeps a 1)).
+    Calling convention: axis (an `axis` argument: the first input is viewed as [B, R, I] around that axis; outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: `axis` None (every axis, the default), an int or, where the outputs have the input's dtype, a tuple of axes, as NumPy's; adjacent axes are one R, others one launch per group of adjacent axes; `keepdims` keeps 1s)).
     Spec: specs/sum.yaml.
     """
     return call_op('sum', (x,), {}, {'axis': axis, 'keepdims': keepdims}, queue)
+
+
+def take_along_axis(
+    x: Any,
+    indices: Any,
+    *,
+    axis: int | None = -1,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """y[b, j, i] = x[b, indices[b, j, i], i], numpy.take_along_axis(x, indices, axis) (call: along_axis; axis an int, default -1, or None for the flattened x): indices are i32 (NumPy int arrays are converted once checked) with x's rank and, off the axis, x's sizes or 1 (broadcast, for NumPy inputs); negative indices count from the end, as NumPy's. An index out of range is a CallError before the launch for NumPy indices; device indices are not read on the host, and the kernel clamps them into the axis (documented, never out of bounds). torch.gather(x, dim, index) is take_along_axis(x, index, dim) where index has x's sizes off dim
+
+    Inputs: x [B, R, I] (f32|f64|f16|i32), indices [B, J, I] (i32).
+    Returns: y [B, J, I] (f32|f64|f16|i32).
+    Calling convention: along_axis (numpy.take_along_axis(x, indices, axis): axis an int (default -1) or None (x flattened, indices 1-d); x viewed as [B, R, I] around the axis and indices, of x's rank, as [B, J, I]; off the axis indices has x's sizes or broadcasts (NumPy inputs); negative indices count from the end; NumPy indices out of range are refused).
+    Spec: specs/take_along_axis.yaml.
+    """
+    return call_op('take_along_axis', (x, indices), {}, {'axis': axis}, queue)
 
 
 def tanh(
@@ -592,3 +788,20 @@ def tanh(
     Spec: specs/tanh.yaml.
     """
     return call_op('tanh', (x,), {}, {}, queue)
+
+
+def where(
+    cond: Any,
+    x: Any,
+    y: Any,
+    *,
+    queue: cl.CommandQueue | None = None,
+) -> Any:
+    """out = x where cond else y, as numpy.where(cond, x, y) with broadcasting of all three; cond is i32 (nonzero is true), or a NumPy bool array (converted on the host; on the device pass i32); x and y promote as NumPy's
+
+    Inputs: cond [D0, D1, D2, D3] (i32; broadcasts), x [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts), y [D0, D1, D2, D3] (f32|f64|f16|i32; broadcasts).
+    Returns: out [D0, D1, D2, D3] (f32|f64|f16|i32).
+    Calling convention: broadcast (NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion (numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype).
+    Spec: specs/where.yaml.
+    """
+    return call_op('where', (cond, x, y), {}, {}, queue)

@@ -103,6 +103,15 @@ class BuildError(ClforgeError):
         super().__init__(f"building {instance} failed:\n{log}")
 
 
+class ReferenceLookupError(ClforgeError):
+    """An op's NumPy reference is not named in its spec, or its `module:name` does not resolve
+    to a Reference or a function."""
+
+
+class ExtensionError(ClforgeError):
+    """An extension that cannot be found or read, or two trees with one name."""
+
+
 class UsageError(ClforgeError):
     """Bad command-line arguments or paths (the CLI exits with status 2)."""
 

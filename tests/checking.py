@@ -13,10 +13,11 @@ from generator.tune.verify import canary_launch, mismatch
 
 
 def assert_close(what: str, dtype: str, got: np.ndarray, want: np.ndarray,
-                 reduce_len: int) -> None:
-    """Compare with the float64 reference at the dtype's tolerance (dtypes.py), widened by the
-    square root of the length of any reduction (rounding error grows with it)."""
-    problem = mismatch(what, dtype, got, want, reduce_len)
+                 reduce_len: int, exact: bool = False) -> None:
+    """Compare with the float64 reference at the output dtype's tolerance (dtypes.py), widened
+    by the square root of the length of any reduction (rounding error grows with it); `exact`:
+    element for element."""
+    problem = mismatch(what, dtype, got, want, reduce_len, exact)
     assert problem is None, problem
 
 

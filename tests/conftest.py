@@ -17,6 +17,7 @@ from generator.registry import loader as registry_mod
 from generator.registry.loader import Registry
 
 _CACHE_ENV = "CLFORGE_CACHE_DIR"
+_PATH_ENV = "CLFORGE_PATH"
 _saved: dict[str, str | None] = {}
 
 
@@ -25,15 +26,18 @@ def pytest_configure(config: pytest.Config) -> None:
     (subprocesses inherit it), never to ~/.cache/clforge."""
     _saved[_CACHE_ENV] = os.environ.get(_CACHE_ENV)
     os.environ[_CACHE_ENV] = tempfile.mkdtemp(prefix="clforge-test-cache-")
+    # extensions named by the caller's environment stay out; tests that want one set it
+    _saved[_PATH_ENV] = os.environ.pop(_PATH_ENV, None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(os.environ[_CACHE_ENV], ignore_errors=True)
-    old = _saved.get(_CACHE_ENV)
-    if old is None:
-        os.environ.pop(_CACHE_ENV, None)
-    else:
-        os.environ[_CACHE_ENV] = old
+    for name in (_CACHE_ENV, _PATH_ENV):
+        old = _saved.get(name)
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 @pytest.fixture(scope="session")

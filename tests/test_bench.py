@@ -19,7 +19,7 @@ from generator import references
 from generator.core.tree import DEFAULT
 from generator.errors import UsageError
 from generator.registry.loader import Registry
-from generator.tools.bench.cases import CASES, selected
+from generator.tools.bench.cases import CASES, run_cases, selected
 from generator.tools.bench.clforge_side import Figures, GenericPace, requests
 from generator.tools.bench.peers import PEERS, PeerRun
 from generator.tools.bench.protocol import host_inputs
@@ -114,14 +114,14 @@ def test_quick_bench_writes_the_chart(quick_run: tuple[dict[str, Any], Path]) ->
     assert png.stat().st_size > 10_000
 
 
-def test_cases_of_some_ops() -> None:
-    assert [(c.op, dict(c.attrs)) for c in selected(False, ["gelu"])] == [
+def test_cases_of_some_ops(registry: Registry) -> None:
+    assert [(c.op, dict(c.attrs)) for c in run_cases(registry, False, ["gelu"])] == [
         ("gelu", {}),
         ("gelu", {"approximate": 1}),
     ]
-    assert {c.op for c in selected(True, ["exp", "matmul"])} == {"exp", "matmul"}
+    assert {c.op for c in run_cases(registry, True, ["exp", "matmul"])} == {"exp", "matmul"}
     with pytest.raises(UsageError, match="no bench case for nope"):
-        selected(False, ["nope"])
+        run_cases(registry, False, ["nope"])
 
 
 def test_slow_generics_are_predicted_and_skipped() -> None:
@@ -156,7 +156,7 @@ def test_ort_graphs_compute_what_the_references_compute(registry: Registry) -> N
     assert {c.op for c in cases} == set(peer_ort.BUILDERS)
     for case, req in zip(cases, requests(registry, cases), strict=True):
         x = host_inputs(req)
-        (want,) = references.REFERENCES[case.op].fn(x, req["attrs"]).values()
+        (want,) = references.resolve(req["reference"]).fn(x, req["attrs"]).values()
         for graph in peer_ort.BUILDERS[case.op](req, x):  # every way, not only the first
             (got,) = peer_ort._session(graph).run(None, graph.feeds)
             tol = 1e-9 if case.dtype == "f64" else 1e-4

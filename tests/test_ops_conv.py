@@ -17,6 +17,7 @@ from generator.references import expected
 from generator.registry import loader as registry_mod
 
 REG = registry_mod.default()
+ATTENTION = REG.op("attention")
 UNKNOWN = DeviceProfile(
     "Mystery Accelerator", "unknown", "accelerator", None, (), 0, "global", 64, 1
 )
@@ -25,7 +26,7 @@ rng = np.random.default_rng(11)
 
 def _conv_ref(x, w, bias=None, **attrs):
     inputs = {"x": x, "w": w} | ({"bias": bias} if bias is not None else {})
-    return expected("conv2d", inputs, attrs)["y"]
+    return expected(REG.op("conv2d"), inputs, attrs)["y"]
 
 
 def _tol(dtype) -> dict[str, float]:
@@ -197,18 +198,18 @@ def _attn_inputs(b, h, sq, sk, d, dv):
 )
 def test_attention_matches_numpy(causal, sq, sk, d, dv) -> None:
     q, k, v = _attn_inputs(2, 3, sq, sk, d, dv)
-    want = expected("attention", {"q": q, "k": k, "v": v}, {"causal": causal, "scale": d**-0.5})
+    want = expected(ATTENTION, {"q": q, "k": k, "v": v}, {"causal": causal, "scale": d**-0.5})
     np.testing.assert_allclose(
         ops.attention(q, k, v, causal=causal), want["o"], rtol=1e-4, atol=1e-5
     )
-    want = expected("attention", {"q": q, "k": k, "v": v}, {"causal": causal, "scale": 0.3})
+    want = expected(ATTENTION, {"q": q, "k": k, "v": v}, {"causal": causal, "scale": 0.3})
     got = ops.attention(q, k, v, causal=causal, scale=0.3)
     np.testing.assert_allclose(got, want["o"], rtol=1e-4, atol=1e-5)
 
 
 def test_attention_without_heads_on_device_and_empty() -> None:
     q, k, v = _attn_inputs(3, 0, 9, 4, 6, 5)
-    want = expected("attention", {"q": q[:, None], "k": k[:, None], "v": v[:, None]}, {})["o"]
+    want = expected(ATTENTION, {"q": q[:, None], "k": k[:, None], "v": v[:, None]}, {})["o"]
     got = ops.attention(q, k, v)
     assert got.shape == (3, 9, 5)
     np.testing.assert_allclose(got, want[:, 0], rtol=1e-4, atol=1e-5)
@@ -240,7 +241,7 @@ def _chosen(profile, op, dtype="f32", layouts=None, dims=None) -> str | None:
         ("nvidia-h100", "gpu_tiled", "generic", "gpu_tiled"),  # the H100 profile lacks fp16
         ("amd-mi250x", "gpu_tiled", "generic_half", "gpu_tiled"),
         ("intel-max-1100", "gpu_tiled", "generic_half", "gpu_tiled"),
-        ("pocl-cpu", "cpu", "generic", "cpu"),
+        ("pocl-cpu", "cpu_packed", "generic", "cpu"),
         (UNKNOWN, "generic", "generic", "generic"),
     ],
 )
@@ -252,6 +253,13 @@ def test_choice_on_each_profile(profile, conv: str, conv_f16: str, attn: str) ->
     got = _chosen(p, "conv2d", "f16", {"x": "nhwc"}, CONV_DIMS)  # y follows x
     assert got == f"conv2d__{conv_f16}__f16__x_nhwc__y_nhwc"
     assert _chosen(p, "attention", dims=ATTN_DIMS) == f"attention__{attn}__f32"
+
+
+def test_grouped_convolutions_take_the_direct_cpu_kernel() -> None:
+    """The packed implicit GEMM serves ungrouped convolutions (its guard: groups == 1)."""
+    p = find_profile("pocl-cpu")
+    grouped = {**CONV_DIMS, "groups": 2, "CG": CONV_DIMS["C"] // 2}
+    assert _chosen(p, "conv2d", dims=grouped) == "conv2d__cpu__f32__x_row__y_row"
 
 
 def test_attention_head_dims_past_the_gpu_tile_fall_back() -> None:

@@ -29,17 +29,19 @@ rng = np.random.default_rng(11)
 UNARY = ("relu", "leaky_relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt",
          "neg", "abs")  # fmt: skip
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
-INT_OPS = ("relu", "neg", "abs", "add", "sub", "mul", "div", "maximum", "minimum")
+INT_OPS = ("relu", "neg", "abs", "add", "sub", "mul", "div", "maximum", "minimum", "pow", "where",
+           "clip")  # fmt: skip
+TERNARY = ("where", "clip")
 RTOL = {np.float16: 5e-3, np.float32: 2e-5, np.float64: 1e-12}
 
 
 def _input(op: str, name: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    domain = references.REFERENCES[op].domains.get(name, "normal")
+    domain = references.reference_of(REG.op(op)).domains.get(name, "normal")
     return references.make_input(rng, shape, np.dtype(dtype), domain)
 
 
 def _want(op: str, inputs: dict[str, np.ndarray], **attrs: Any) -> np.ndarray:
-    (out,) = references.expected(op, inputs, attrs).values()
+    (out,) = references.expected(REG.op(op), inputs, attrs).values()
     return out
 
 
@@ -121,7 +123,7 @@ BROADCASTS = [
         for o in BINARY
         for d in (np.float32, np.float64, np.float16, np.int32)
         if d is not np.int32 or o in INT_OPS
-    ],  # pow has no i32
+    ],
 )
 def test_binary_broadcasts_like_numpy(op: str, dtype: Any) -> None:
     for sa, sb in BROADCASTS:
@@ -190,6 +192,163 @@ def test_integer_division_truncates_toward_zero() -> None:
     np.testing.assert_array_equal(ops.div(a, np.int32(-2)), np.trunc(a / -2).astype(np.int32))
 
 
+# --- dtype promotion (numpy.result_type) and integer pow -----------------------------------
+
+DTYPES = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32}
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div", "maximum", "minimum", "pow"])
+@pytest.mark.parametrize(("da", "db"), [(a, b) for a in DTYPES for b in DTYPES if a != b])
+def test_mixed_dtypes_promote_like_numpy(op: str, da: str, db: str) -> None:
+    a = _input(op, "a", (3, 5), DTYPES[da])
+    b = _input(op, "b", (5,), DTYPES[db])
+    want_dtype = np.result_type(a, b)
+    got = getattr(ops, op)(a, b)
+    assert got.dtype == want_dtype
+    _check(got, _want(op, {"a": a.astype(want_dtype), "b": b.astype(want_dtype)}), want_dtype.type)
+
+
+def test_promotion_on_device_arrays() -> None:
+    q = dispatcher().runtime.queue
+    a = rng.standard_normal((4, 7)).astype(np.float16)
+    b = rng.integers(-5, 5, size=7).astype(np.int32)
+    got = ops.add(cla.to_device(q, a), cla.to_device(q, b))  # through cast_f64 on the device
+    assert isinstance(got, cla.Array) and got.dtype == np.float64
+    np.testing.assert_array_equal(got.get(), a.astype(np.float64) + b)
+    again = ops.add(cla.to_device(q, a + 1), cla.to_device(q, b))  # a fresh cast, not a memo
+    np.testing.assert_array_equal(again.get(), (a + 1).astype(np.float64) + b)
+
+
+@pytest.mark.parametrize(
+    ("x", "number", "want"),
+    [
+        (np.arange(4, dtype=np.int32), 2, np.int32),  # NEP 50: Python numbers are weak
+        (np.arange(4, dtype=np.int32), 2.5, np.float64),  # a float with ints: f64
+        (np.arange(4, dtype=np.float16), 3.0, np.float16),
+        (np.arange(4, dtype=np.float32), 7, np.float32),
+    ],
+)
+def test_python_numbers_are_weak_scalars(x: np.ndarray, number: float, want: type) -> None:
+    for op in ("add", "mul", "maximum"):
+        got = getattr(ops, op)(x, number)
+        expect = getattr(np, {"add": "add", "mul": "multiply", "maximum": "maximum"}[op])(
+            x, number
+        )
+        assert got.dtype == expect.dtype == want
+        np.testing.assert_array_equal(got, expect)
+    assert ops.sub(number, x).dtype == want
+
+
+def test_a_promotion_to_an_unsupported_dtype_is_refused() -> None:
+    from generator.conventions.promotion import promoted
+
+    sig = REG.op("add")
+    narrow = type(sig)(**{**vars(sig), "dtypes": ("f32", "f16", "i32")})
+    with pytest.raises(CallError) as err:
+        promoted(narrow, {"a": np.ones(2, np.float32), "b": np.ones(2, np.int32)})
+    assert str(err.value) == (
+        "add: inputs a (f32), b (i32) promote to f64 (numpy.result_type), which add does not "
+        "support (supported: f32, f16, i32); cast them first"
+    )
+
+
+def test_integer_pow_wraps_and_documents_negative_exponents() -> None:
+    a = np.array([2, 3, -3, 7, 0, 1, -1, -1, 5, 0, 2, -2], np.int32)
+    b = np.array([10, 20, 5, 11, 0, -3, -3, -4, -1, -2, 31, 31], np.int32)
+    ok = b >= 0
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(ops.pow(a[ok], b[ok]), np.power(a[ok], b[ok]))  # wraps
+    with pytest.raises(ValueError):
+        np.power(a, b)  # NumPy refuses negative integer powers of integers
+    np.testing.assert_array_equal(ops.pow(a, b)[~ok], [1, -1, 1, 0, 0])
+    for name in _instances("pow", "i32"):
+        got = _launch(name, a.reshape(1, 1, 1, -1), b.reshape(1, 1, 1, -1)).reshape(-1)
+        np.testing.assert_array_equal(got, references.elementwise.power(a, b), err_msg=name)
+    # an i32 exponent with f32 bases promotes to f64, as NumPy
+    x = rng.standard_normal(9).astype(np.float32)
+    got = ops.pow(x, np.int32(3) * np.ones(9, np.int32))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, x.astype(np.float64) ** 3, rtol=1e-12)
+
+
+# --- three inputs: where, clip ------------------------------------------------------------------
+
+TERNARY_SHAPES = [
+    ((5,), (5,), (5,)),
+    ((3, 4), (4,), (3, 1)),
+    ((2, 3, 17), (), (17,)),
+    ((1,), (7, 1), (1, 6)),
+    ((2, 1, 3, 1), (1, 4, 1, 5), (1,)),
+    ((0, 3), (3,), (1,)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize(("sc", "sx", "sy"), TERNARY_SHAPES)
+def test_where_broadcasts_like_numpy(dtype: Any, sc: tuple, sx: tuple, sy: tuple) -> None:
+    cond = rng.standard_normal(sc) > 0  # a NumPy bool array: converted to i32 on the host
+    x, y = _input("where", "x", sx, dtype), _input("where", "y", sy, dtype)
+    want = np.where(cond, x, y)
+    got = ops.where(cond, x, y)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    icond = rng.integers(-2, 3, size=sc).astype(np.int32)  # nonzero is true, of either sign
+    np.testing.assert_array_equal(ops.where(icond, x, y), np.where(icond, x, y))
+
+
+def test_where_promotes_and_takes_numbers() -> None:
+    cond = np.array([[True, False, True]])
+    x = np.arange(3, dtype=np.int32)
+    for a, b in ((x, 0.5), (x, x.astype(np.float16)), (1.0, 0.0), (x, 7), (np.float32(2), x)):
+        want = np.where(cond, a, b)
+        got = ops.where(cond, a, b)
+        assert got.dtype == want.dtype, (a, b)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_where_on_device_arrays() -> None:
+    q = dispatcher().runtime.queue
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    cond = (x > 0).astype(np.int32)
+    got = ops.where(cla.to_device(q, cond), cla.to_device(q, x), 0.0)
+    assert isinstance(got, cla.Array)
+    np.testing.assert_array_equal(got.get(), np.where(cond, x, np.float32(0)))
+    with pytest.raises(CallError) as err:
+        ops.where(cla.to_device(q, x > 0), cla.to_device(q, x), 0.0)
+    assert str(err.value) == (
+        "where: input 'cond' is a device array of dtype bool (shape (6, 5)); the call needs it as "
+        "i32: convert it first"
+    )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+def test_clip_like_numpy(dtype: Any) -> None:
+    x = (rng.standard_normal((4, 9)) * 10).astype(dtype)
+    lo = (rng.standard_normal(9) * 5 - 3).astype(dtype)
+    hi = (rng.standard_normal((4, 1)) * 5 + 3).astype(dtype)
+    for a, b in ((lo, hi), (-2, 3), (lo, None), (None, hi), (None, None), (5, -5)):
+        want = np.clip(x, a, b)
+        got = ops.clip(x, a, b)
+        assert got.dtype == want.dtype, (a, b)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_clip_semantics() -> None:
+    x = np.array([np.nan, -np.inf, np.inf, -1.5, 0.25, 3.0], np.float32)
+    np.testing.assert_array_equal(ops.clip(x, -1.0, 1.0), np.clip(x, -1.0, 1.0))  # NaN stays
+    lo = np.array([np.nan, 0, 0, 0, 0, 0], np.float32)
+    np.testing.assert_array_equal(ops.clip(x, lo, 1.0), np.clip(x, lo, 1.0))  # a NaN bound too
+    xi = np.arange(-4, 5, dtype=np.int32)
+    got = ops.clip(xi, 0.5, 2.5)  # a float bound with i32 makes f64, as NumPy
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got, np.clip(xi, 0.5, 2.5))
+    big = np.array([-(2**31), 2**31 - 1, 0], np.int32)
+    np.testing.assert_array_equal(ops.clip(big, None, None), big)  # -inf / inf fills saturate
+    q = dispatcher().runtime.queue
+    got = ops.clip(cla.to_device(q, x[3:]), lo=-1.0)
+    np.testing.assert_array_equal(got.get(), np.clip(x[3:], -1.0, None))
+
+
 # --- bad calls -------------------------------------------------------------------------------
 
 F32 = np.float32
@@ -207,12 +366,30 @@ F32 = np.float32
             "mul: input 'a' has rank 5; at most 4",
         ),
         (
-            lambda: ops.sub(np.ones(3, F32), np.ones(3, np.float64)),
+            lambda: dispatcher().call("sub", {"a": np.ones((1, 1, 1, 3), F32),
+                                              "b": np.ones((1, 1, 1, 3), np.float64)}),
             "sub: inputs have different dtypes (f32 and f64 for 'b'); cast one of them",
+        ),  # calls in the op's own terms take one dtype; eager calls promote
+        (
+            lambda: ops.add(np.ones(3, np.int64), np.ones(3, F32)),
+            "add: input 'a' has dtype int64, which clforge does not support (supported: f16, "
+            "f32, f64, i32)",
         ),
         (
-            lambda: ops.pow(np.ones(3, np.int32), np.ones(3, np.int32)),
-            "pow: dtype i32 is not supported (supported: f32, f64, f16)",
+            lambda: ops.add(np.ones(3, np.int32), 2**31),
+            "add: b = 2147483648 is out of the range of i32",
+        ),
+        (
+            lambda: ops.mul(2, 3.5),
+            "mul: at least one input must be an array, got only numbers",
+        ),
+        (
+            lambda: ops.where(np.ones((2, 3), bool), np.ones(4, F32), 0.0),
+            "where: shapes (2, 3) and (4,) and () do not broadcast",
+        ),
+        (
+            lambda: ops.clip(np.ones(3, np.int32), 2**40),
+            "clip: lo = 1099511627776 is out of the range of i32",
         ),
         (
             lambda: ops.sqrt(np.ones(3, np.int32)),
@@ -250,7 +427,7 @@ HALF = {"amd-mi250x": "half", "intel-max-1100": "half"}
 CPU_HALF = ("exp", "sigmoid", "silu", "tanh", "gelu")
 
 
-@pytest.mark.parametrize("op", UNARY + BINARY)
+@pytest.mark.parametrize("op", UNARY + BINARY + TERNARY)
 @pytest.mark.parametrize("profile", sorted(PROFILES))
 def test_dispatcher_choice_per_profile(op: str, profile: str) -> None:
     p = PROFILES[profile]

@@ -335,3 +335,79 @@ def test_permute_convention_merges_axes_that_stay_together() -> None:
     assert canon.attrs == {"p0": 0, "p1": 1, "p2": 3, "p3": 2}
     canon = conv.canonical(op, {"x": np.ones((4, 1, 6))}, {"axes": (1, 0, 2)})
     assert canon.inputs["x"].shape == (1, 1, 1, 24)  # a copy
+
+
+# --- concat -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int32])
+@pytest.mark.parametrize(
+    ("shapes", "axis"),
+    [
+        ([(5,), (7,)], 0),
+        ([(3, 4), (2, 4), (1, 4)], 0),
+        ([(3, 4), (3, 1), (3, 6), (3, 2), (3, 5)], 1),  # five arrays: four joins
+        ([(2, 3, 5), (2, 7, 5)], 1),
+        ([(2, 3, 5), (2, 3, 1)], -1),
+        ([(4, 3)], 0),  # one array: a copy
+        ([(2, 0, 3), (2, 4, 3), (2, 0, 3)], 1),  # empty pieces
+        ([(3, 4), (5,), (2, 2)], None),  # flattened
+        ([(0, 3), (0, 3)], 1),
+    ],
+)
+def test_concat_like_numpy(dtype: type, shapes: list, axis: int | None) -> None:
+    arrays = [(rng.standard_normal(s) * 10).astype(dtype) for s in shapes]
+    got = ops.concat(arrays, axis=axis)
+    want = np.concatenate(arrays, axis=axis)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_concat_promotes_like_numpy() -> None:
+    arrays = [np.ones((2, 2), np.float16), np.arange(4, dtype=np.int32).reshape(2, 2),
+              np.full((1, 2), 0.5, np.float32)]  # fmt: skip
+    got = ops.concat(arrays)
+    want = np.concatenate(arrays)
+    assert got.dtype == want.dtype == np.float64
+    np.testing.assert_array_equal(got, want)
+
+
+def test_concat_on_device_arrays_and_warm_calls() -> None:
+    q = dispatcher().runtime.queue
+    hosts = [rng.standard_normal((3, n)).astype(np.float32) for n in (4, 1, 6, 2)]
+    for _ in range(2):  # cold, then a memoized recipe replaying with these arrays
+        devs = [cla.to_device(q, h) for h in hosts]
+        got = ops.concat(devs, axis=1)
+        assert isinstance(got, cla.Array)
+        np.testing.assert_array_equal(got.get(), np.concatenate(hosts, axis=1))
+        hosts = [h + 1 for h in hosts]
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: ops.concat([]), "concat: needs at least one array to join, got none"),
+        (
+            lambda: ops.concat([np.ones((2, 3), np.float32), np.ones((3, 3), np.float32)], axis=1),
+            "concat: arrays[1] has shape (3, 3), arrays[0] (2, 3); they must have one rank and "
+            "equal sizes off axis 1",
+        ),
+        (
+            lambda: ops.concat([np.ones((2, 3), np.float32), np.ones(3, np.float32)]),
+            "concat: arrays[1] has shape (3,), arrays[0] (2, 3); they must have one rank and "
+            "equal sizes off axis 0",
+        ),
+        (
+            lambda: ops.concat([np.ones(3, np.float32)], axis=1),
+            "concat: axis 1 is out of range for an input of rank 1",
+        ),
+        (
+            lambda: ops.concat([np.float32(1), np.float32(2)]),
+            "concat: arrays[0] is 0-d (a scalar); 0-d arrays can only be joined with axis=None",
+        ),
+    ],
+)
+def test_concat_bad_calls(call, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(CallError) as err:
+        call()
+    assert str(err.value) == message

@@ -91,18 +91,19 @@ def test_reductions_on_device_arrays() -> None:
 
 def test_argmax_ties_go_to_the_first_index() -> None:
     x = np.array([[1, 5, 5, 2, 5], [3, 3, 3, 3, 3]], np.int32)
-    np.testing.assert_array_equal(ops.argmax(x), [1, 0])
+    np.testing.assert_array_equal(ops.argmax(x, axis=-1), [1, 0])
     np.testing.assert_array_equal(ops.argmax(x, axis=0), x.argmax(axis=0))
     big = np.zeros((2, 1001), np.float32)
     big[:, [17, 400, 1000]] = 2.0  # ties across the cpu variant's eight accumulators
-    np.testing.assert_array_equal(ops.argmax(big), [17, 17])
+    np.testing.assert_array_equal(ops.argmax(big, axis=1), [17, 17])
 
 
 def test_nan_propagates_like_numpy() -> None:
     x = rng.standard_normal((3, 50)).astype(np.float32)
     x[1, 20] = x[1, 33] = np.nan
     for name in ("max", "min", "argmax"):
-        np.testing.assert_array_equal(getattr(ops, name)(x), getattr(np, name)(x, axis=1))
+        np.testing.assert_array_equal(getattr(ops, name)(x, axis=1), getattr(np, name)(x, axis=1))
+        np.testing.assert_array_equal(getattr(ops, name)(x), getattr(np, name)(x))
 
 
 def test_empty_axes() -> None:
@@ -111,14 +112,135 @@ def test_empty_axes() -> None:
     with pytest.warns(RuntimeWarning):
         want = np.mean(x, axis=1)
     np.testing.assert_array_equal(ops.mean(x, axis=1), want)  # NaN, like NumPy
-    assert ops.max(np.ones((0, 5), np.float32)).shape == (0,)
+    assert ops.max(np.ones((0, 5), np.float32), axis=1).shape == (0,)
     assert ops.sum(np.ones((3, 4), np.float32), axis=0, keepdims=True).shape == (1, 4)
 
 
 def test_i32_sum_wraps_like_c() -> None:
     x = np.full((2, 5), 2**30, np.int32)
-    np.testing.assert_array_equal(ops.sum(x), x.sum(axis=1, dtype=np.int32))
-    assert ops.sum(x)[0] == 2**30  # 5 * 2**30 modulo 2**32, as a signed 32-bit int
+    np.testing.assert_array_equal(ops.sum(x, axis=1), x.sum(axis=1, dtype=np.int32))
+    assert ops.sum(x, axis=1)[0] == 2**30  # 5 * 2**30 modulo 2**32, as a signed 32-bit int
+
+
+# --- several axes, all axes (axis=None | int | tuple, as NumPy) ---------------------------------
+
+MULTI_AXES = [
+    ((3, 4, 5, 6), None),  # every axis, the default: one launch over [1, N, 1]
+    ((3, 4, 5, 6), ()),  # no axis: every element is its own result
+    ((3, 4, 5, 6), (1, 2)),  # adjacent: one launch, R = 4 * 5
+    ((3, 4, 5, 6), (-1, -2)),  # negative, unsorted
+    ((3, 4, 5, 6), (0, 2)),  # not adjacent: two launches
+    ((3, 4, 5, 6), (0, 3)),
+    ((3, 4, 5, 6), (0, 1, 3)),  # two groups of different sizes
+    ((7, 2, 3, 11), (0, 2)),
+    ((5, 1, 7), (0, 2)),  # a size-1 axis between them: still one launch
+    ((2, 3, 5, 7), (0, 1, 2, 3)),
+    ((13,), (0,)),
+    ((1,), None),
+    ((), None),  # a 0-d array
+    ((3, 0, 4), (0, 2)),  # an empty kept axis
+]
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize(("shape", "axis"), MULTI_AXES)
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_reductions_over_several_axes(
+    name: str, shape: tuple, axis: tuple | None, keepdims: bool
+) -> None:
+    x = rng.standard_normal(shape).astype(np.float32)
+    got = getattr(ops, name)(x, axis=axis, keepdims=keepdims)
+    want = getattr(np, name)(x.astype(np.float64), axis=axis, keepdims=keepdims)
+    _check(np.asarray(got), np.asarray(want), np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float16, np.int32])
+def test_several_axes_in_every_dtype(dtype: type) -> None:
+    x = (rng.standard_normal((4, 5, 6, 3)) * 20).astype(dtype)
+    for name in ("sum", "max", "min") + (("mean",) if dtype is not np.int32 else ()):
+        for axis in ((0, 2), (1, 3), (0, 1, 3), None):
+            got = getattr(ops, name)(x, axis=axis)
+            if name == "sum" and dtype is np.int32:
+                want = x.sum(axis=axis, dtype=np.int32)  # wraps in 32 bits, like the kernels
+            else:
+                want = _np_reduce(name, x, axis, False)  # type: ignore[arg-type]
+            assert got.dtype == dtype
+            _check(np.asarray(got), np.asarray(want), dtype)
+
+
+def test_several_axes_on_device_arrays_and_warm_calls() -> None:
+    d = dispatcher()
+    x = rng.standard_normal((6, 5, 7, 4)).astype(np.float32)
+    dx = cla.to_device(d.runtime.queue, x)
+    for name in ("sum", "mean", "max", "min"):
+        for axis, keep in (((0, 2), False), ((1, 3), True), (None, False), ((0, 1, 3), True)):
+            want = getattr(np, name)(x.astype(np.float64), axis=axis, keepdims=keep)
+            cold = getattr(ops, name)(dx, axis=axis, keepdims=keep)
+            warm = getattr(ops, name)(dx, axis=axis, keepdims=keep)  # a memoized recipe
+            for got in (cold, warm):
+                assert isinstance(got, cla.Array)
+                _check(got.get(), want, np.float32)
+
+
+def test_argmax_over_every_axis_is_an_index_into_the_flat_array() -> None:
+    x = rng.standard_normal((4, 7, 3)).astype(np.float32)
+    assert int(ops.argmax(x)) == int(np.argmax(x))
+    assert ops.argmax(x).shape == ()
+    assert ops.argmax(x, keepdims=True).shape == (1, 1, 1)
+    np.testing.assert_array_equal(ops.argmax(x, axis=1), np.argmax(x, axis=1))
+
+
+def test_several_axes_edge_cases() -> None:
+    x = np.ones((3, 0, 4), np.float32)
+    with pytest.warns(RuntimeWarning):
+        want = np.mean(x, axis=(0, 1))
+    np.testing.assert_array_equal(ops.mean(x, axis=(0, 1)), want)  # NaN, like NumPy
+    np.testing.assert_array_equal(ops.sum(x, axis=(0, 1)), np.zeros(4))
+    assert ops.sum(x).shape == () and float(ops.sum(x)) == 0.0
+    big = np.full((3, 4, 5), 2**28, np.int32)
+    np.testing.assert_array_equal(ops.sum(big, axis=(0, 2)), big.sum(axis=(0, 2), dtype=np.int32))
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: ops.sum(np.ones((2, 3, 4), np.float32), axis=(0, -3)),
+            "sum: axis (0, -3) names axis 0 twice (input of shape (2, 3, 4))",
+        ),
+        (
+            lambda: ops.mean(np.ones((2, 3, 4), np.float32), axis=(1, 3)),
+            "mean: axis 3 is out of range for an input of rank 3 (shape (2, 3, 4))",
+        ),
+        (
+            lambda: ops.max(np.ones((2, 3), np.float32), axis=(0, "1")),
+            "max: axis entries must be ints, got '1' in (0, '1')",
+        ),
+        (
+            lambda: ops.min(np.ones((2, 3), np.float32), axis=1.5),
+            "min: axis must be an int, a tuple of ints or None, got 1.5",
+        ),
+        (
+            lambda: ops.argmax(np.ones((2, 3), np.float32), axis=(0, 1)),
+            "argmax: axis must be an int or None, got (0, 1) (argmax reduces over one axis or "
+            "all of them, like NumPy's)",
+        ),
+        (
+            lambda: ops.max(np.ones((2, 0, 3), np.float32), axis=(0, 1)),
+            "max: max of an empty axis has no identity; the reduced axis must have at least one "
+            "element (R > 0 is false for R=0)",
+        ),
+        (
+            lambda: ops.argmax(np.ones((0, 3), np.float32)),
+            "argmax: argmax of an empty axis has no identity; the reduced axis must have at "
+            "least one element (R > 0 is false for R=0)",
+        ),
+    ],
+)
+def test_bad_axes(call, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(CallError) as err:
+        call()
+    assert str(err.value) == message
 
 
 # --- softmax, log_softmax ----------------------------------------------------------------------
@@ -204,7 +326,7 @@ def test_norms_on_device_arrays() -> None:
     [
         (
             lambda: ops.sum(np.ones((2, 3), np.float32), axis=2),
-            "sum: axis 2 is out of range for an input of rank 2",
+            "sum: axis 2 is out of range for an input of rank 2 (shape (2, 3))",
         ),
         (
             lambda: ops.softmax(np.ones((2, 3), np.float32), axis=-3),
@@ -212,10 +334,10 @@ def test_norms_on_device_arrays() -> None:
         ),
         (
             lambda: ops.argmax(np.ones(3, np.float32), axis=1.0),
-            "argmax: axis must be an int, got 1.0",
+            "argmax: axis must be an int or None, got 1.0",
         ),
         (
-            lambda: ops.max(np.ones((4, 0), np.float32)),
+            lambda: ops.max(np.ones((4, 0), np.float32), axis=-1),
             "max: max of an empty axis has no identity; the reduced axis must have at least one "
             "element (R > 0 is false for R=0)",
         ),

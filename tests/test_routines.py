@@ -24,6 +24,7 @@ RELU = """\
 # yaml-language-server: $schema=schema.json
 op: relu
 doc: "relu, with a two-step routine for the cpu"
+reference: generator.references.elementwise:relu
 call: flat
 dims: [N]
 inputs:

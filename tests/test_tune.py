@@ -318,3 +318,34 @@ def test_a_tuned_set_that_cannot_be_rendered_falls_back_to_the_defaults(tmp_path
     d._plans.clear()
     with pytest.raises(TemplateError, match="not found"):
         d.call("relu", {"x": x})
+
+
+def test_selection_follows_the_measured_crossover(runtime) -> None:
+    """Where the tuner timed two accepted variants at a call's shape bucket, the faster runs,
+    whatever their priorities; explain says so. Elsewhere the ranking stands."""
+    from generator.call.dispatcher import Dispatcher
+    from generator.device.query import from_device
+    from generator.params.database import Entry, bucket_of, schema_hash
+    from generator.params.lookup import ParamLookup
+
+    reg = runtime.registry
+    profile = from_device(runtime.device)
+    dims = {"BATCH": 1, "M": 300, "N": 200, "K": 100, "BA": 1, "BB": 1}
+    packed = reg.instance("matmul__cpu_packed__f32__a_row__b_row")
+    blocked = reg.instance("matmul__cpu_blocked__f32__a_row__b_row")
+
+    def entry(inst, us):
+        return Entry(inst.name, bucket_of(dims), tuple(sorted(inst.params)), schema_hash(inst),
+                     tuple(sorted(dims.items())), us, us, 1)  # fmt: skip
+
+    timed = TuningFile(Fingerprint.of(profile)).with_entries(
+        [entry(packed, 900.0), entry(blocked, 90.0)]
+    )
+    d = Dispatcher(runtime, profile, params=ParamLookup(profile, (timed,)))
+    layouts = {"a": "row", "b": "row", "c": "row"}
+    sel = d.select("matmul", "f32", layouts, dims)
+    assert sel.chosen.instance == blocked.name and sel.chosen.measured_us == 90.0
+    assert "measured fastest at this shape: 90.0 us vs cpu_packed 900.0 us" in sel.chosen.reason
+    assert d.choose("matmul", "f32", layouts, dims) == blocked
+    other = {**dims, "M": 3000}  # another bucket: nothing measured, the ranking stands
+    assert d.choose("matmul", "f32", layouts, other) == packed

@@ -91,7 +91,9 @@ def specialize(
 @dataclass
 class CompiledOp:
     """A callable specialized once; each call checks the specialization's runtime guard.
-    Inputs are positional in the spec's order, or by keyword (the spec's input names)."""
+    Inputs are positional in the spec's order, or by keyword (the spec's input names); other
+    keywords are attributes. The integer sizes of the input types it was compiled for hold for
+    every call (a symbolic dim takes any size)."""
 
     dispatcher: Launcher
     op: OpSig
@@ -100,18 +102,50 @@ class CompiledOp:
     instance: Instance
     selection: Selection
     strict: bool
+    types: Mapping[str, TensorType] = field(default_factory=dict)
     # (op, dtype, layouts, device, guard held) -> instance name: inspectable
     cache: dict[tuple, str] = field(default_factory=dict)
     redispatches: int = 0
     _plans: dict[tuple, LaunchPlan] = field(default_factory=dict, repr=False)
 
-    def __call__(self, *args: Any, **attrs: float | int) -> Any:
+    def _inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The inputs by name, from positional and keyword arguments; `kwargs` keeps the
+        attributes."""
         names = [t.name for t in self.op.inputs]
-        if len(args) != len(names):
+        if len(args) > len(names):
             raise CallError(
                 f"{self.op.name}: takes {len(names)} inputs ({', '.join(names)}), got {len(args)}"
             )
-        inputs = dict(zip(names, args, strict=True))
+        inputs = dict(zip(names, args, strict=False))
+        for name in names[len(args) :]:
+            if name in kwargs:
+                inputs[name] = kwargs.pop(name)
+        twice = [n for n in names[: len(args)] if n in kwargs]
+        if twice:
+            raise CallError(f"{self.op.name}: input {twice[0]!r} given by position and by keyword")
+        missing = [n for n in names if n not in inputs]
+        if missing:
+            raise CallError(
+                f"{self.op.name}: missing input {', '.join(map(repr, missing))} (inputs: "
+                f"{', '.join(names)}, by position or keyword)"
+            )
+        for t in self.op.inputs:
+            want = self.types.get(t.name)
+            got = tuple(getattr(inputs[t.name], "shape", ()))
+            if want is None or len(got) != len(want.shape):
+                continue  # a rank mismatch is bind's to report
+            for dim, size, n in zip(t.shape, want.shape, got, strict=True):
+                if isinstance(size, int) and n != size:
+                    shown = ", ".join(str(s) for s in want.shape)
+                    raise CallError(
+                        f"{self.op.name}: compiled for {t.name} [{shown}], called with "
+                        f"{t.name} of shape {got} (dim {dim} must be {size})"
+                    )
+        return inputs
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        attrs = dict(kwargs)
+        inputs = self._inputs(args, attrs)
         dtype, layouts = call_types(self.op, inputs)
         if dtype != self.dtype:
             raise CallError(f"{self.op.name}: compiled for {self.dtype}, called with {dtype}")

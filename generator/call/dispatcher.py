@@ -33,7 +33,8 @@ from generator.call.binding import (
     host_array,
 )
 from generator.call.compiled import CompiledOp, TensorType, specialize
-from generator.call.selection import Selection, chosen_or_raise, select
+from generator.call.selection import Selection, by_measurement, chosen_or_raise, select
+from generator.conventions.base import Then
 from generator.device.profile import DeviceProfile
 from generator.device.query import from_device
 from generator.errors import (
@@ -43,9 +44,10 @@ from generator.errors import (
     DispatchError,
     TemplateError,
 )
-from generator.params.database import load_folder
+from generator.params.database import load_folders
 from generator.params.lookup import Choice, ParamLookup
 from generator.params.space import as_params
+from generator.registry import loader as registry_mod
 from generator.registry.loader import Registry, guard_holds
 from generator.registry.records import Instance, OpSig
 from generator.runtime.launch import LaunchPlan, Runtime
@@ -56,6 +58,9 @@ __all__ = ["ClforgeWarning", "Dispatcher", "TensorType", "dispatcher"]
 
 class Replay(Protocol):
     """A memoized eager call (see :class:`generator.call.eager.Recipe`)."""
+
+    @property
+    def then(self) -> Then | None: ...  # the convention's further call on the result
 
     def run(self, rt: Runtime, given: Any) -> Any: ...
 
@@ -74,8 +79,23 @@ class Dispatcher:
 
     def __post_init__(self) -> None:
         self.lookup: ParamLookup = self.params or ParamLookup.from_env(
-            self.profile, load_folder(self.runtime.registry.tree.tuning)
+            self.profile, load_folders(self.runtime.registry.tuning_folders())
         )
+
+    def adopt(self, reg: Registry) -> None:
+        """Serve `reg` from now on (the default registry after an extension registered): the
+        memoized choices, plans and recipes are dropped, tuning files re-read. Built programs
+        stay: an instance's kernel does not change with the registry that lists it."""
+        with self.runtime.lock:
+            self.runtime.registry = reg
+            self._plans.clear()
+            self._choices.clear()
+            self._recipes.clear()
+            overrides = self.lookup.overrides
+            self.lookup = self.params or ParamLookup.from_env(
+                self.profile, load_folders(reg.tuning_folders())
+            )
+            self.lookup.overrides.update(overrides)
 
     @classmethod
     def for_runtime(cls, runtime: Runtime, *, strict: bool = False) -> Dispatcher:
@@ -84,10 +104,15 @@ class Dispatcher:
     def params_for(self, inst: Instance, env: Mapping[str, int]) -> Choice:
         """The compile-time parameters `inst` runs with for these sizes, and where they came
         from: tuned ones whose guard still holds, else the spec defaults."""
-        choice = self.lookup.choose(inst, env)
+        choice = self.lookup.choose(inst, self._dims(inst.op, env))
         if choice.params and not guard_holds(self.registry, inst, env, dict(choice.params)):
             return Choice(as_params(inst.param_map), "spec default (the tuned set's guard fails)")
         return choice
+
+    def _dims(self, op: str, env: Mapping[str, int]) -> dict[str, int]:
+        """The op's dims of a guard environment (which also holds the int attributes): what
+        the tuner keys its shape buckets by."""
+        return {d: env[d] for d in self.registry.op(op).dims if d in env}
 
     def override_params(self, instance: str, values: Mapping[str, int] | None) -> None:
         """Run `instance` with these compile-time parameters from now on (None: back to the
@@ -128,7 +153,14 @@ class Dispatcher:
     def select(
         self, op: str, dtype: str, layouts: Mapping[str, str], dims: Mapping[str, int]
     ) -> Selection:
-        return select(self.registry, self.profile, op, dtype, layouts, dims)
+        """Every candidate's verdict, ranked; where the tuner measured two or more accepted
+        ones at this shape (all of the op's dims known), the fastest first."""
+        sel = select(self.registry, self.profile, op, dtype, layouts, dims)
+        shape = self._dims(op, dims)
+        if len(shape) < len(self.registry.op(op).dims):
+            return sel
+        names = [c.instance for c in sel.candidates if c.accepted]
+        return by_measurement(sel, self.lookup.times(self.registry.instances, names, shape))
 
     def choose(
         self, op: str, dtype: str, layouts: Mapping[str, str], dims: Mapping[str, int]
@@ -340,7 +372,8 @@ class Dispatcher:
         sig = self.registry.op(op)
         dtype, layouts, static = specialize(sig, inputs)
         sel = self.select(op, dtype, layouts, static)
-        return CompiledOp(self, sig, dtype, layouts, self.first_that_builds(sel), sel, strict)
+        chosen = self.first_that_builds(sel)
+        return CompiledOp(self, sig, dtype, layouts, chosen, sel, strict, dict(inputs))
 
 
 # --- the default dispatcher, per queue ------------------------------------------------------
@@ -352,10 +385,13 @@ _DISPATCHERS_LOCK = threading.Lock()
 def dispatcher(queue: cl.CommandQueue | None = None) -> Dispatcher:
     """The dispatcher of `queue`, or of the default device's queue when None."""
     key = 0 if queue is None else queue.int_ptr
+    reg = registry_mod.default()  # clforge's ops and every registered extension's
     d = _DISPATCHERS.get(key)
     if d is None:
         with _DISPATCHERS_LOCK:  # one runtime per queue, however many threads ask at once
             d = _DISPATCHERS.get(key)
             if d is None:
-                d = _DISPATCHERS[key] = Dispatcher.for_runtime(Runtime(queue))
+                d = _DISPATCHERS[key] = Dispatcher.for_runtime(Runtime(queue, reg))
+    if d.registry is not reg:
+        d.adopt(reg)
     return d

@@ -19,10 +19,12 @@ import pyopencl.array as cla
 from generator.call.binding import bind_dims, call_types, outputs_in_order
 from generator.call.dispatcher import Dispatcher, dispatcher
 from generator.conventions import CONVENTIONS
-from generator.core.dtypes import DTYPES
+from generator.conventions.base import Then
+from generator.core.dtypes import DTYPES, dtype_of_numpy
 from generator.errors import CallError, ClforgeError
 from generator.registry.records import OpSig
 from generator.runtime.launch import LaunchPlan, OutputSpec, Runtime
+from generator.runtime.transfer import to_host, upload
 
 
 def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -42,8 +44,47 @@ def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
         # a broadcast input needs one element, stretched; others the full shape
         shape = (1,) * len(t.shape) if t.broadcast else tuple(dims[x] for x in t.shape)
         np_dtype = DTYPES[t.dtype or dtype].np_dtype
-        host = np.full(shape, t.fill if t.fill is not None else 0, np_dtype)
+        host = np.full(shape, _fill_value(t.fill, np_dtype), np_dtype)
         out[t.name] = cla.to_device(d.runtime.queue, host) if on_device else host
+    return out
+
+
+def _fill_value(fill: float | None, np_dtype: np.dtype) -> float | int:
+    """An optional input's fill in `np_dtype`: 0 when the spec gives none; for an integer dtype a
+    fill beyond its range (clip's -inf and inf bounds) is its lowest or highest value."""
+    if fill is None:
+        return 0
+    if np.issubdtype(np_dtype, np.integer):
+        info = np.iinfo(np_dtype)
+        return int(max(info.min, min(info.max, fill)))
+    return fill
+
+
+def _cast(
+    d: Dispatcher,
+    op: OpSig,
+    inputs: dict[str, Any],
+    casts: Mapping[str, str],
+    queue: cl.CommandQueue | None,
+) -> dict[str, Any]:
+    """`inputs` with the conversions the convention asked for (NumPy's promotion): NumPy
+    arrays converted on the host (they are copied to the device anyway), device arrays by the
+    op `cast_<dtype>`."""
+    if not casts:
+        return inputs
+    out = dict(inputs)
+    for name, dtype in casts.items():
+        arr = inputs[name]
+        if not isinstance(arr, cla.Array):
+            out[name] = np.asarray(arr).astype(DTYPES[dtype].np_dtype)
+            continue
+        caster = f"cast_{dtype}"
+        if caster not in d.registry.ops or dtype_of_numpy(arr.dtype) is None:
+            raise CallError(
+                f"{op.name}: input {name!r} is a device array of dtype {arr.dtype} (shape "
+                f"{arr.shape}); the call needs it as {dtype}: convert it first"
+            )
+        out[name] = call_op(caster, (arr,), {}, {}, queue)
     return out
 
 
@@ -69,6 +110,8 @@ class EagerCall:
     inputs: dict[str, Any]
     attrs: dict[str, Any]
     finish: Callable[[dict[str, Any]], dict[str, Any]]
+    then: Then | None = None
+    cast: bool = False  # some inputs were converted first (a memo would keep the old copies)
 
 
 def prepare(
@@ -80,22 +123,26 @@ def prepare(
 ) -> EagerCall:
     d = dispatcher(queue)
     sig = d.registry.op(op)
-    if len(inputs) != len(sig.inputs):
+    conv = CONVENTIONS[sig.call]
+    if not conv.variadic and len(inputs) != len(sig.inputs):
         raise CallError(f"{op}: takes {len(sig.inputs)} inputs, got {len(inputs)}")
-    given = {t.name: a for t, a in zip(sig.inputs, inputs, strict=True)}
-    for t in sig.inputs:
+    given = {t.name: a for t, a in zip(sig.inputs, inputs, strict=not conv.variadic)}
+    for t in () if conv.variadic else sig.inputs:
         if given[t.name] is None and not t.optional:
             raise CallError(f"{op}: input {t.name!r} is None; it is required (an array)")
     _check_options(sig, options or {})
     try:
-        canon = CONVENTIONS[sig.call].canonical(sig, given, options or {})
-        filled = _filled(d, sig, canon.inputs)
+        if conv.variadic:
+            canon = conv.canonical_many(sig, inputs, options or {})
+        else:
+            canon = conv.canonical(sig, given, options or {})
+        filled = _filled(d, sig, _cast(d, sig, canon.inputs, canon.casts, queue))
     except ClforgeError:
         raise
     except (TypeError, ValueError, np.exceptions.AxisError) as exc:  # last line of defence
         raise CallError(f"{op}: {exc}") from None
     merged = {**canon.attrs, **{k: v for k, v in attrs.items() if v is not None}}
-    return EagerCall(d, sig, filled, merged, canon.finish)
+    return EagerCall(d, sig, filled, merged, canon.finish, canon.then, bool(canon.casts))
 
 
 def call_op(
@@ -116,16 +163,44 @@ def call_op(
     if key is not None:
         recipe = d._recipes.get(key)
         if recipe is not None:
-            return recipe.run(d.runtime, inputs)
+            return _then(op, recipe.run(d.runtime, inputs), inputs, attrs, recipe.then, queue)
     c = prepare(op, inputs, attrs, options, queue)
+    if c.then is not None and any(isinstance(a, np.ndarray | np.generic) for a in inputs):
+        # several launches: NumPy inputs go to the device once, the result comes back once
+        on_device = tuple(
+            upload(d.runtime, np.asarray(a), "row") if isinstance(a, np.ndarray | np.generic) else a
+            for a in inputs
+        )
+        return to_host(call_op(op, on_device, attrs, options, queue))
     plan = d.plan_for(c.op, c.inputs, c.attrs)
     outs = d.execute(c.op, plan, c.inputs)
     result = c.finish(outs)
-    if key is not None:
+    if key is not None and not c.cast:
         recipe = Recipe.learn(c, plan, inputs, outs, result)
         if recipe is not None:
             d._recipes[key] = recipe
-    return outputs_in_order(c.op, result)
+    return _then(op, outputs_in_order(c.op, result), inputs, attrs, c.then, queue)
+
+
+def _then(
+    op: str,
+    result: Any,
+    inputs: Sequence[Any],
+    attrs: Mapping[str, Any],
+    then: Then | None,
+    queue: cl.CommandQueue | None,
+) -> Any:
+    """`result`, or, when the convention asked for a further call of the op on it and on some
+    of the call's `inputs` (see :class:`generator.conventions.base.Then`), that call's result
+    viewed as `then.shape`."""
+    if then is None:
+        return result
+    further = (
+        *(inputs[i] for i in then.before),
+        result,
+        *(inputs[i] for i in then.after),
+    )
+    return call_op(op, further, attrs, then.options, queue).reshape(then.shape)
 
 
 def _recipe_key(
@@ -160,6 +235,7 @@ class Recipe:
     plan: LaunchPlan
     sources: tuple[tuple[str, int | None, Any], ...]  # (tensor, call input index, constant)
     outputs: tuple[OutputSpec, ...]  # the final shapes and strides, allocated directly
+    then: Then | None = None  # the convention's further call on the result
 
     @classmethod
     def learn(
@@ -198,7 +274,7 @@ class Recipe:
             ):
                 return None  # the convention made something other than a view: not memoized
             outputs.append((name, tuple(final.shape), dt, tuple(final.strides)))
-        return cls(c.op, plan, tuple(sources), tuple(outputs))
+        return cls(c.op, plan, tuple(sources), tuple(outputs), c.then)
 
     def run(self, rt: Runtime, given: Sequence[Any]) -> Any:
         buffers = {

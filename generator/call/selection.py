@@ -8,6 +8,7 @@ always be explained; selection itself never raises, :func:`chosen_or_raise` does
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,6 +40,8 @@ class Candidate:
     level: int = -1  # specificity of the matching target; -1 when none matched
     priority: int = 0
     runtime_guard: str | None = None  # guard that could not be decided without the sizes
+    tree: str = ""  # the tree the variant comes from (clforge's, or an extension's)
+    measured_us: float | None = None  # the tuner's time at this call's shape bucket, if any
 
     @property
     def rank(self) -> tuple[int, int]:
@@ -78,6 +81,8 @@ class Selection:
                     "reason": c.reason,
                     "rank": list(c.rank) if c.accepted else None,
                     "runtime_guard": c.runtime_guard,
+                    "tree": c.tree,
+                    "measured_us": c.measured_us,
                 }
                 for c in self.candidates
             ],
@@ -92,14 +97,19 @@ class Selection:
             + (" dims " + ",".join(f"{k}={v}" for k, v in self.dims) if self.dims else "")
             + f" on {self.device}"
         )
-        rows = [("variant", "verdict", "instance", "reason")]
+        # the tree column appears once an extension contributes a variant
+        trees = len({c.tree for c in self.candidates}) > 1
+        rows = [("variant", "verdict", "instance", *(("tree",) if trees else ()), "reason")]
         for c in self.candidates:
             verdict = "CHOSEN" if c is chosen else ("eligible" if c.accepted else "rejected")
-            rows.append((c.variant, verdict, c.instance or "-", c.reason))
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+            rows.append(
+                (c.variant, verdict, c.instance or "-", *((c.tree,) if trees else ()), c.reason)
+            )
+        n = len(rows[0]) - 1
+        widths = [max(len(r[i]) for r in rows) for i in range(n)]
         lines = [head]
         for r in rows:
-            lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+            lines.append("  " + "  ".join(r[i].ljust(widths[i]) for i in range(n)) + "  " + r[n])
         lines.append(f"=> {chosen.instance}" if chosen else "=> no candidate fits")
         return "\n".join(lines)
 
@@ -232,10 +242,13 @@ def select(
     candidates: list[Candidate] = []
     for variant, instances in sorted(_variant_index(reg, op).items()):
         inst, why = _covers(instances, dtype, full)
-        if inst is None:
-            candidates.append(Candidate(variant, None, False, why))
-        else:
-            candidates.append(judge(reg, inst, profile, dims))
+        c = (
+            Candidate(variant, None, False, why)
+            if inst is None
+            else judge(reg, inst, profile, dims)
+        )
+        home = reg.home(instances[0].name)
+        candidates.append(dataclasses.replace(c, tree=home.name if home is not None else ""))
     accepted = sorted((c for c in candidates if c.accepted), key=lambda c: c.rank, reverse=True)
     rejected = [c for c in candidates if not c.accepted]
     return Selection(
@@ -246,6 +259,38 @@ def select(
         describe(profile),
         tuple(accepted + rejected),
     )
+
+
+def by_measurement(sel: Selection, times: Mapping[str, tuple[float, str]]) -> Selection:
+    """`sel` with the accepted candidate that the tuner measured fastest at this call's shape
+    bucket first, when it measured two or more of them (`times`: instance -> microseconds and
+    where that was recorded): the crossover between variants, e.g. a direct kernel against a
+    packed routine by size, as measured on this device. Otherwise the ranking stands."""
+    accepted = [c for c in sel.candidates if c.accepted]
+    timed = {c.instance: times[c.instance] for c in accepted if c.instance and c.instance in times}
+    if len(timed) < 2:
+        return sel
+    best = min(timed, key=lambda name: timed[name][0])
+    t, where = timed[best]
+    others = ", ".join(
+        f"{c.variant} {timed[c.instance][0]:.1f} us"
+        for c in accepted
+        if c.instance in timed and c.instance != best
+    )
+    note = f"; measured fastest at this shape: {t:.1f} us vs {others} ({where})"
+    marked = [
+        dataclasses.replace(
+            c,
+            measured_us=timed[c.instance][0],
+            reason=c.reason + (note if c.instance == best else ""),
+        )
+        if c.instance in timed
+        else c
+        for c in accepted
+    ]
+    ordered = sorted(marked, key=lambda c: c.instance != best)  # stable: the rest keep rank
+    rejected = [c for c in sel.candidates if not c.accepted]
+    return dataclasses.replace(sel, candidates=(*ordered, *rejected))
 
 
 def chosen_or_raise(sel: Selection) -> Candidate:
@@ -260,6 +305,7 @@ def chosen_or_raise(sel: Selection) -> Candidate:
         and c.rank == chosen.rank
         and c.runtime_guard is None
         and chosen.runtime_guard is None
+        and (chosen.measured_us is None or c.measured_us is None)
     ]
     if ties:
         raise DispatchError(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -23,20 +23,43 @@ class PyParam:
 
 
 @dataclass(frozen=True)
+class Then:
+    """A further call of the same op, on the (one) result of this one, for a call that one
+    launch cannot do (a reduction over axes that are not adjacent: one group of axes at a time;
+    a concatenation of more than two arrays: two at a time). Its inputs are the call's inputs
+    at the positions `before`, the result, then those at `after` (positions, not arrays, so
+    that a memoized call replays with its own arrays); `options` are its convention options;
+    its result is viewed as `shape`."""
+
+    options: Mapping[str, Any]
+    shape: tuple[int, ...]
+    before: tuple[int, ...] = ()
+    after: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Canonical:
     """A call in the op's own terms, and how to turn the op's outputs into the call's result."""
 
     inputs: dict[str, Any]  # arrays shaped as the spec says; omitted optional inputs absent
     attrs: dict[str, Any] = field(default_factory=dict)
     finish: Callable[[dict[str, Any]], dict[str, Any]] = lambda outs: outs
+    then: Then | None = None  # a further call on the finished result, if one launch is not all
+    # inputs to convert before the call (NumPy's promotion, see promotion.py): name -> dtype
+    casts: Mapping[str, str] = field(default_factory=dict)
 
 
 class Convention:
     """Subclasses map arrays of any shape onto an op's dims and back. They may only reshape
-    (views), pad ranks and reinterpret; they never compute."""
+    (views), pad ranks, reinterpret and check (NumPy index arrays are read for their range);
+    they never compute a result: conversions they need are `Canonical.casts`, further launches
+    `Canonical.then`, both carried out by the eager layer."""
 
     name: ClassVar[str]
     doc: ClassVar[str]
+    # the eager function takes one sequence of arrays (np.concatenate's) instead of the op's
+    # inputs; canonical_many maps it
+    variadic: ClassVar[bool] = False
 
     def params(self, op: OpSig) -> tuple[PyParam, ...]:
         return ()
@@ -53,6 +76,12 @@ class Convention:
     def canonical(
         self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
     ) -> Canonical:
+        raise NotImplementedError
+
+    def canonical_many(
+        self, op: OpSig, arrays: Sequence[Any], options: Mapping[str, Any]
+    ) -> Canonical:
+        """A variadic convention's call: any number of arrays, in the caller's order."""
         raise NotImplementedError
 
 
@@ -102,3 +131,14 @@ def array_of(op: OpSig, name: str, value: Any) -> Any:
             "stay 2-d; pass np.asarray(m)"
         )
     return value
+
+
+def beside(arrays: Mapping[str, Any], host: np.ndarray) -> Any:
+    """`host` where the call's arrays live: on the device of the first device array among them
+    (a memoized call then finds it there), else as it is."""
+    for a in arrays.values():
+        if not isinstance(a, np.ndarray) and hasattr(a, "queue"):
+            import pyopencl.array as cla  # only device arrays get here: lint runs without it
+
+            return cla.to_device(a.queue, host)
+    return host

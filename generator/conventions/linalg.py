@@ -214,6 +214,9 @@ class Permute(Convention):
     def params(self, op: OpSig) -> tuple[PyParam, ...]:
         return (PyParam("axes", "tuple[int, ...] | None", "None"),)
 
+    def supplies(self, op: OpSig) -> tuple[str, ...]:
+        return tuple(f"p{k}" for k in range(MAX_RANK))
+
     def problems(self, op: OpSig) -> list[str]:
         out = _shape_problems(op, {"x": MAX_RANK, "y": MAX_RANK}, "permute")
         attrs = [a.name for a in op.attrs if a.type == "int"]

@@ -12,4 +12,9 @@ CONVENTION_NAMES: tuple[str, ...] = (
     "matmul",  # NumPy's matmul: 1-d operands, broadcast batch dims, F-ordered operands
     "gemm",  # BLAS GEMM: trans_a / trans_b as transposed views, a broadcast bias
     "permute",  # numpy.transpose: ranks 0 to 4, `axes`
+    "channels",  # PyTorch's (N, C, *) with per-channel vectors: arrays reshaped to [N, C, S]
+    "pool2d",  # PyTorch's 2-d pooling: NCHW or CHW, kernel_size, stride, padding, dilation
+    "along_axis",  # numpy.take_along_axis: [B, R, I] and indices [B, J, I] around an axis
+    "embedding",  # PyTorch's embedding: indices of any shape, a (V, D) table
+    "concat",  # numpy.concatenate: a sequence of arrays, joined two at a time around an axis
 )

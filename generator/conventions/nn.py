@@ -1,5 +1,6 @@
 """The neural-network conventions: conv2d (NCHW or NHWC arrays, PyTorch-style stride, padding
-and dilation) and attention (with or without a heads axis, scale 1/sqrt(D) by default)."""
+and dilation), attention (with or without a heads axis, scale 1/sqrt(D) by default) and
+channels (PyTorch's (N, C, *) arrays with per-channel vectors, for batch_norm)."""
 
 from __future__ import annotations
 
@@ -141,3 +142,142 @@ class Attention(Convention):
             return {k: v.reshape((v.shape[0], *v.shape[2:])) for k, v in outs.items()}
 
         return Canonical(headed, attrs, finish)
+
+
+class Channels(Convention):
+    name = "channels"
+    doc = (
+        "x is (N, C, *) as PyTorch's batch_norm takes it, viewed as [N, C, S] (S the product of "
+        "the trailing axes, 1 for (N, C)); the other inputs are per-channel vectors (C,); the "
+        "output takes x's shape"
+    )
+
+    def problems(self, op: OpSig) -> list[str]:
+        if len(op.dims) != 3 or not op.inputs or op.inputs[0].shape != op.dims:
+            return ["call: channels needs dims [N, C, S] and a first input shaped [N, C, S]"]
+        c = op.dims[1]
+        bad = [t.name for t in op.inputs[1:] if t.shape != (c,)]
+        bad += [t.name for t in op.outputs if t.shape != op.dims]
+        if bad:
+            return [
+                f"call: channels needs per-channel inputs shaped [{c}] and outputs shaped "
+                f"[{', '.join(op.dims)}]; not {', '.join(bad)}"
+            ]
+        return []
+
+    def canonical(
+        self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> Canonical:
+        name = op.inputs[0].name
+        x = array_of(op, name, inputs[name])
+        if x.ndim < 2:
+            raise CallError(
+                f"{op.name}: input {name!r} has rank {x.ndim} (shape {tuple(x.shape)}); it must "
+                "be (N, C) or (N, C, ...)"
+            )
+        shape = tuple(x.shape)
+        out = {name: reshape(op, name, x, (shape[0], shape[1], math.prod(shape[2:])))}
+        for t in op.inputs[1:]:
+            v = inputs.get(t.name)
+            if v is None:
+                continue
+            v = array_of(op, t.name, v)
+            if tuple(v.shape) != (shape[1],):
+                raise CallError(
+                    f"{op.name}: {t.name} has shape {tuple(v.shape)}, expected ({shape[1]},): "
+                    f"one value per channel of {name} (shape {shape})"
+                )
+            out[t.name] = v
+
+        def finish(outs: dict[str, Any]) -> dict[str, Any]:
+            return {k: v.reshape(shape) for k, v in outs.items()}
+
+        return Canonical(out, finish=finish)
+
+
+class Pool2d(Convention):
+    name = "pool2d"
+    doc = (
+        "x is (N, C, H, W) or, unbatched, (C, H, W), NCHW as PyTorch's pooling takes it; "
+        "kernel_size (required), stride (default: kernel_size), padding and dilation are an int "
+        "or an (h, w) pair; ceil_mode, and where the op has them count_include_pad and "
+        "divisor_override (None: none); y takes x's rank"
+    )
+
+    def _has(self, op: OpSig, name: str) -> bool:
+        return any(a.name == name for a in op.attrs)
+
+    def params(self, op: OpSig) -> tuple[PyParam, ...]:
+        pair = "int | tuple[int, int]"
+        out = [
+            PyParam("kernel_size", f"{pair} | None", "None"),
+            PyParam("stride", f"{pair} | None", "None"),
+            PyParam("padding", pair, "0"),
+            PyParam("dilation", pair, "1"),
+            PyParam("ceil_mode", "bool", "False"),
+        ]
+        if self._has(op, "count_include_pad"):
+            out.append(PyParam("count_include_pad", "bool", "True"))
+        if self._has(op, "divisor_override"):
+            out.append(PyParam("divisor_override", "int | None", "None"))
+        return tuple(out)
+
+    def supplies(self, op: OpSig) -> tuple[str, ...]:
+        names = ("kernel_h", "kernel_w", *(n for _, *hw in _PAIRS for n in hw), "ceil_mode")
+        extra = tuple(n for n in ("count_include_pad", "divisor_override") if self._has(op, n))
+        return names + extra
+
+    def problems(self, op: OpSig) -> list[str]:
+        out = []
+        if (
+            len(op.inputs) != 1
+            or op.inputs[0].shape != op.dims[:4]
+            or len(op.outputs) != 1
+            or len(op.outputs[0].shape) != 4
+        ):
+            out.append("call: pool2d needs one input x [N, C, H, W] and one 4-d output")
+        names = {a.name for a in op.attrs if a.type == "int"}
+        needed = ("kernel_h", "kernel_w", *(n for _, *hw in _PAIRS for n in hw), "ceil_mode")
+        missing = [n for n in needed if n not in names]
+        if missing:
+            out.append(f"call: pool2d needs the int attributes {', '.join(missing)}")
+        return out
+
+    def canonical(
+        self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> Canonical:
+        name = op.inputs[0].name
+        x = array_of(op, name, inputs[name])
+        if x.ndim not in (3, 4):
+            raise CallError(
+                f"{op.name}: input {name!r} has rank {x.ndim} (shape {tuple(x.shape)}); it must "
+                "be (N, C, H, W) or (C, H, W)"
+            )
+        kernel = options.get("kernel_size")
+        if kernel is None:
+            raise CallError(f"{op.name}: kernel_size is required (an int or an (h, w) pair)")
+        attrs: dict[str, Any] = {}
+        attrs["kernel_h"], attrs["kernel_w"] = _pair(op, "kernel_size", kernel)
+        stride = options.get("stride")
+        given = {"stride": kernel if stride is None else stride}
+        for option, h, w in _PAIRS:
+            value = given.get(option, options.get(option, 0 if option == "padding" else 1))
+            attrs[h], attrs[w] = _pair(op, option, value)
+        attrs["ceil_mode"] = int(bool(options.get("ceil_mode", False)))
+        if self._has(op, "count_include_pad"):
+            attrs["count_include_pad"] = int(bool(options.get("count_include_pad", True)))
+        if self._has(op, "divisor_override"):
+            div = options.get("divisor_override")
+            if div is not None and (isinstance(div, bool) or not isinstance(div, int) or div == 0):
+                raise CallError(
+                    f"{op.name}: divisor_override must be a nonzero int or None, got {div!r}"
+                )
+            attrs["divisor_override"] = 0 if div is None else div
+        if x.ndim == 4:
+            return Canonical({name: x}, attrs)
+        batched = {name: reshape(op, name, x, (1, *x.shape))}
+
+        def finish(outs: dict[str, Any]) -> dict[str, Any]:
+            return {k: v.reshape(v.shape[1:]) for k, v in outs.items()}
+
+        return Canonical(batched, attrs, finish)

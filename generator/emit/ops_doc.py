@@ -59,8 +59,12 @@ def _accuracy(bounds: Sequence[AccuracySpec]) -> list[str]:
 def ops_doc(
     ops: list[OpSig],
     instances: list[Instance],
+    package: str = "generated",
+    extended: list[OpSig] | None = None,
     accuracy: Mapping[str, Sequence[AccuracySpec]] | None = None,
 ) -> str:
+    """The operator table of a tree: its ops (with their accuracy bounds), and the variants it
+    adds to other trees' ops."""
     accuracy = accuracy or {}
     by_variant: dict[tuple[str, str], list[Instance]] = defaultdict(list)
     for inst in instances:
@@ -70,7 +74,7 @@ def ops_doc(
         "# Operator table",
         "",
         f"{len(ops)} ops, {len(instances)} kernel instances. Each op's eager function is "
-        "`generated.ops.<op>`; the variant a call gets is shown by `clforge explain`.",
+        f"`{package}.ops.<op>`; the variant a call gets is shown by `clforge explain`.",
         "",
         "Accuracy bounds, where an op states them, are measured on the device against the "
         f"float64 value over a sweep of inputs: {SWEEP_DOC}. {MEASURES_DOC[0].upper()}"
@@ -87,38 +91,54 @@ def ops_doc(
             f"{op.call} | {', '.join(variants)} |"
         )
     for op in sorted(ops, key=lambda o: o.name):
-        lines += ["", f"## {op.name}", "", op.doc or "", ""]
-        if op.attrs:
-            lines.append(
-                "Attributes: "
-                + ", ".join(f"`{a.name}` ({a.type}, default {a.default})" for a in op.attrs)
-                + "."
-            )
-            lines.append("")
-        lines += [
-            f"Spec: `{op.spec}`.",
-            "",
-            "| variant | arch | dtypes | layouts | requires | guard | priority | params |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for (o, v), insts in sorted(by_variant.items()):
-            if o != op.name:
-                continue
-            first = insts[0]
-            layouts = sorted(
-                {
-                    ",".join(f"{t}={lay}" for t, lay in i.layouts if len(op.tensor(t).layouts) > 1)
-                    for i in insts
-                }
-                - {""}
-            )
-            lines.append(
-                f"| {v} | {', '.join(first.targets)} | "
-                f"{', '.join(sorted({i.dtype for i in insts}))} | "
-                f"{'; '.join(layouts) or '-'} | {_requirements(first)} | "
-                f"{('`' + first.guard + '`') if first.guard else '-'} | {first.priority} | "
-                f"{', '.join(f'{k}={x}' for k, x in first.params) or '-'} |"
-            )
+        lines += _op_section(op, by_variant)
         if accuracy.get(op.name):
             lines += ["", *_accuracy(accuracy[op.name])]
+    if extended:
+        lines += ["", "# Variants for other trees' ops", ""]
+        for op in sorted(extended, key=lambda o: o.name):
+            lines += _op_section(op, by_variant, own=False)
     return "\n".join(lines) + "\n"
+
+
+def _op_section(
+    op: OpSig, by_variant: dict[tuple[str, str], list[Instance]], own: bool = True
+) -> list[str]:
+    """One op's heading, attributes, spec and variant table (for an op another tree defines:
+    only the variants this tree adds)."""
+    lines = ["", f"## {op.name}", ""]
+    lines += (
+        [op.doc or "", ""] if own else ["Defined by another tree; the variants added here:", ""]
+    )
+    if op.attrs and own:
+        lines.append(
+            "Attributes: "
+            + ", ".join(f"`{a.name}` ({a.type}, default {a.default})" for a in op.attrs)
+            + "."
+        )
+        lines.append("")
+    lines += [
+        f"Spec: `{op.spec}`.",
+        "",
+        "| variant | arch | dtypes | layouts | requires | guard | priority | params |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for (o, v), insts in sorted(by_variant.items()):
+        if o != op.name:
+            continue
+        first = insts[0]
+        layouts = sorted(
+            {
+                ",".join(f"{t}={lay}" for t, lay in i.layouts if len(op.tensor(t).layouts) > 1)
+                for i in insts
+            }
+            - {""}
+        )
+        lines.append(
+            f"| {v} | {', '.join(first.targets)} | "
+            f"{', '.join(sorted({i.dtype for i in insts}))} | "
+            f"{'; '.join(layouts) or '-'} | {_requirements(first)} | "
+            f"{('`' + first.guard + '`') if first.guard else '-'} | {first.priority} | "
+            f"{', '.join(f'{k}={x}' for k, x in first.params) or '-'} |"
+        )
+    return lines

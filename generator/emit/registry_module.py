@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from generator.registry.records import Instance, OpSig
@@ -31,12 +32,14 @@ def _py(obj: Any, indent: int) -> str:
         if "\n" not in flat and len(flat) + len(pad) < 90:
             return flat
         return "(\n" + "".join(f"{pad}    {x},\n" for x in inner) + f"{pad})"
+    if isinstance(obj, float) and not math.isfinite(obj):  # a fill of .inf: no bare `inf`
+        return f"float({str(obj)!r})"
     if obj is None or isinstance(obj, (bool, int, float, str)):
         return repr(obj)
     raise TypeError(f"cannot emit {type(obj).__name__} into the registry")
 
 
-def registry_source(ops: list[OpSig], instances: list[Instance]) -> str:
+def registry_source(ops: list[OpSig], instances: list[Instance], tree: str) -> str:
     specs = ", ".join(sorted(o.spec for o in ops))
     lines = [
         HEADER.format(specs=specs if len(specs) < 60 else "specs/*.yaml", doc=DOC),
@@ -51,6 +54,8 @@ def registry_source(ops: list[OpSig], instances: list[Instance]) -> str:
         "    Step,",
         "    TensorSig,",
         ")",
+        "",
+        f"TREE = {tree!r}  # the tree's name (its clforge.yaml)",
         "",
         "OPS: dict[str, OpSig] = {",
     ]

@@ -1,4 +1,9 @@
-"""Rendering instances to OpenCL C with Jinja: sandboxed, strict, confined to templates/."""
+"""Rendering instances to OpenCL C with Jinja: sandboxed, strict, confined to templates/.
+
+A tree's templates import clforge's shared macros by a stable name, under the prefix
+`clforge/` (``{% import "clforge/_common/macros.cl.j2" as cf %}``), from any tree; a tree's
+own names never shadow them and never collide with clforge's.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from generator.core.cache_dir import cache_dir
 from generator.core.dtypes import DTYPES
 from generator.core.identifiers import identifier_problem
-from generator.core.tree import DEFAULT, Tree
+from generator.core.tree import DEFAULT, SHARED_TEMPLATES, Tree
 from generator.errors import TemplateError
 from generator.registry.records import Instance, OpSig
 
@@ -51,7 +56,14 @@ class Renderer:
         except OSError:  # a read-only home: compile every time
             compiled = None
         env = ImmutableSandboxedEnvironment(
-            loader=jinja2.FileSystemLoader(str(self.tree.templates)),
+            loader=jinja2.ChoiceLoader(
+                [
+                    jinja2.PrefixLoader(
+                        {SHARED_TEMPLATES: jinja2.FileSystemLoader(str(DEFAULT.templates))}
+                    ),
+                    jinja2.FileSystemLoader(str(self.tree.templates)),
+                ]
+            ),
             bytecode_cache=jinja2.FileSystemBytecodeCache(str(compiled)) if compiled else None,
             undefined=jinja2.StrictUndefined,
             autoescape=False,

@@ -11,7 +11,9 @@ that does not exist) and a missing device for `compile=True` raise.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,9 +36,17 @@ from generator.errors import (
 )
 from generator.lint import rules
 from generator.lint.device_build import compile_problems
+from generator.references import locate
 from generator.spec.families import Families, load_families
 from generator.spec.files import FAMILIES, family_files, is_family_file
-from generator.spec.load import LoadedSpec, check_text, duplicate_ops, read_spec, spec_files
+from generator.spec.load import (
+    LoadedSpec,
+    check_text,
+    clean_variants,
+    duplicate_ops,
+    read_spec,
+    spec_files,
+)
 
 MODELINE = "# yaml-language-server: $schema=schema.json"
 FAMILY_MODELINE = "# yaml-language-server: $schema=../schema.json"  # in specs/families/
@@ -163,7 +173,31 @@ def _check_file(
         spec, found = check_text(text, rel, tree, families.of(f.parent))
         if spec is not None:
             loaded.append(spec)
+            found = found + reference_problems(spec, tree)
+        else:  # the variants without findings still get their templates rendered
+            part = clean_variants(text, rel, found)
+            if part is not None:
+                found = found + render_problems(part, Renderer(tree))
     return found + ([modeline] if modeline else [])
+
+
+def reference_problems(loaded: LoadedSpec, tree: Tree) -> list[Diagnostic]:
+    """The op's `reference:` must name an importable NumPy reference (a warning when absent:
+    `clforge verify`, the tuner and the tests cannot check the op's kernels without one)."""
+    path = loaded.spec.reference
+    if path is None:
+        return [
+            loaded.diagnostic(
+                ("op",),
+                "no-reference",
+                f"op {loaded.spec.op!r} names no NumPy reference, so its kernels cannot be "
+                "verified or tuned; add `reference: module:name` (README, 'Spec format')",
+            )
+        ]
+    problem = locate.problem(path, (tree.root,))
+    if problem is None:
+        return []
+    return [loaded.diagnostic(("reference",), "reference", problem)]
 
 
 def render_problems(loaded: LoadedSpec, renderer: Renderer) -> list[Diagnostic]:
@@ -265,13 +299,26 @@ def lint(
         stale = _guarded(tree.rel(tree.generated), partial(freshness_problems, tree))
         findings += stale
         if compile and not stale:
-            findings += _guarded(
-                tree.rel(tree.generated), partial(compile_problems, tree, loaded)
-            )
+            findings += _guarded(tree.rel(tree.generated), partial(compile_problems, tree, loaded))
     return Report(
         tuple(sorted({_printable(rules.normalized(d)) for d in findings})),
         tuple(tree.rel(f) for f in files),
     )
+
+
+def combined(reports: Sequence[Report], trees: Sequence[Tree]) -> Report:
+    """The reports of several trees as one, each path made relative to the working folder."""
+
+    def moved(path: str, tree: Tree) -> str:
+        return os.path.relpath(tree.root / path) if path else path
+
+    findings = [
+        dataclasses.replace(d, loc=dataclasses.replace(d.loc, path=moved(d.loc.path, t)))
+        for r, t in zip(reports, trees, strict=True)
+        for d in r.findings
+    ]
+    files = [moved(f, t) for r, t in zip(reports, trees, strict=True) for f in r.files]
+    return Report(tuple(sorted(findings)), tuple(files))
 
 
 def _printable(d: Diagnostic) -> Diagnostic:

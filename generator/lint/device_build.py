@@ -43,7 +43,7 @@ def compile_problems(tree: Tree, loaded: Sequence[LoadedSpec]) -> list[Diagnosti
         from generator.runtime.launch import Runtime
     except ImportError as exc:
         raise DeviceError(f"--compile needs pyopencl and an OpenCL driver: {exc}") from None
-    reg = registry.load(tree)
+    reg = registry.for_tree(tree)
     try:
         rt = Runtime(reg=reg)
     except cl.Error as exc:
@@ -54,7 +54,7 @@ def compile_problems(tree: Tree, loaded: Sequence[LoadedSpec]) -> list[Diagnosti
     for inst in sorted(reg.instances.values(), key=lambda i: i.name):
         if (inst.op, inst.variant) not in where:
             continue
-        gen = f"generated/{inst.source}"
+        gen = f"{tree.package}/{inst.source}"
         try:
             rt.build(inst)
         except BuildError as exc:

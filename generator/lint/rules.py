@@ -80,6 +80,24 @@ RULES: tuple[Rule, ...] = (
         "an op changes or omits a variant its family does not have, or changes one it omits",
         "names",
     ),
+    Rule(
+        "no-reference",
+        _W,
+        "an op names no NumPy reference (`reference:`), so its kernels cannot be verified",
+        "names",
+    ),
+    Rule(
+        "reference",
+        _E,
+        "an op's `reference:` is not an importable `module:name` of a Reference or a function",
+        "names",
+    ),
+    Rule(
+        "extends",
+        _E,
+        "an `extends:` file names an op that no other registered tree defines, or one that fails",
+        "names",
+    ),
     Rule("undeclared-dim", _E, "a tensor shape uses a dim that `dims` does not declare", "dims"),
     Rule(
         "unbound-dim",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ SCHEMA = 1
 CATCH_ALL = "*"
 HEADER = (
     "# clforge tuning database for one device: written by `clforge tune`, merged by\n"
-    "# `clforge tune --merge A B`; see README.md, \"Tuning\". Edit by hand only to delete\n"
+    '# `clforge tune --merge A B`; see README.md, "Tuning". Edit by hand only to delete\n'
     "# entries.\n"
 )
 
@@ -79,9 +79,7 @@ class Entry:
         }
         if self.shape:
             out["shape"] = dict(self.shape)
-        out.update(
-            {"time_us": round(self.time_us, 2), "default_us": round(self.default_us, 2)}
-        )
+        out.update({"time_us": round(self.time_us, 2), "default_us": round(self.default_us, 2)})
         out["tried"] = self.tried
         return out
 
@@ -180,6 +178,11 @@ def load_folder(folder: Path) -> tuple[TuningFile, ...]:
     if not folder.is_dir():
         return ()
     return tuple(load(p) for p in sorted(folder.glob("*.yaml")))
+
+
+def load_folders(folders: Sequence[Path]) -> tuple[TuningFile, ...]:
+    """The tuning files of several trees (clforge's and its extensions'), in that order."""
+    return tuple(f for folder in folders for f in load_folder(folder))
 
 
 def merge(a: TuningFile, b: TuningFile, current: Mapping[str, str] | None = None) -> TuningFile:

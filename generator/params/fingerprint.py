@@ -70,5 +70,8 @@ class Fingerprint:
         return 2 if self.arch and other.arch == self.arch else 1
 
 
-LEVEL_NAMES = {3: "tuned on this device", 2: "tuned on the same architecture",
-               1: "tuned on another device of this vendor and type"}
+LEVEL_NAMES = {
+    3: "tuned on this device",
+    2: "tuned on the same architecture",
+    1: "tuned on another device of this vendor and type",
+}

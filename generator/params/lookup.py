@@ -8,7 +8,7 @@ Stale entries (measured on another version of the kernel) are skipped and counte
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -69,9 +69,7 @@ class ParamLookup:
     def __post_init__(self) -> None:
         me = Fingerprint.of(self.profile)
         ranked = [(me.level(f.device), f) for f in self.files]
-        self._ranked = sorted(
-            ((lvl, f) for lvl, f in ranked if lvl > 0), key=lambda x: -x[0]
-        )
+        self._ranked = sorted(((lvl, f) for lvl, f in ranked if lvl > 0), key=lambda x: -x[0])
         self._index: list[tuple[int, TuningFile, dict[tuple[str, str], Entry]]] = [
             (lvl, f, {e.key: e for e in f.entries}) for lvl, f in self._ranked
         ]
@@ -112,6 +110,31 @@ class ParamLookup:
         return self._computed(inst, space) or Choice(
             space.defaults, "spec default; nothing tuned applies"
         )
+
+    def measured(self, inst: Instance, dims: Mapping[str, int]) -> tuple[float, str] | None:
+        """The tuner's time for `inst` at the shape bucket of `dims` (its best parameters), on
+        the nearest device level that has one, and where it is recorded; None when nothing
+        current was measured there (catch-all entries carry no time)."""
+        sha = schema_hash(inst)
+        bucket = bucket_of(dims)
+        for _, f, entries in self._index:
+            e = entries.get((inst.name, bucket))
+            if e is not None and e.sha == sha and e.time_us > 0:
+                return e.time_us, f"{f.path.name if f.path else f.device.slug}, bucket {bucket}"
+        return None
+
+    def times(
+        self,
+        instances: Mapping[str, Instance],
+        names: Iterable[str | None],
+        dims: Mapping[str, int],
+    ) -> dict[str, tuple[float, str]]:
+        """:meth:`measured` for each of the instances `names` that has a time."""
+        out = {}
+        for name in names:
+            if name is not None and (m := self.measured(instances[name], dims)) is not None:
+                out[name] = m
+        return out
 
     def _computed(self, inst: Instance, space: ParamSpace) -> Choice | None:
         """The variant's device_params, evaluated on this device's properties, when they give

@@ -103,3 +103,11 @@ REFERENCES: dict[str, Reference] = {
     "conv2d": Reference(_conv2d, cases=_CONV_CASES, reduce="CG"),
     "attention": Reference(_attention, cases=_ATTENTION_CASES, reduce="SK"),
 }
+
+
+def __getattr__(name: str) -> Reference:
+    """`generator.references.conv:<op>`, the path a spec's `reference:` names."""
+    try:
+        return REFERENCES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no reference {name!r}") from None

@@ -48,6 +48,38 @@ def div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where((a < 0) != (b < 0), -q, q).astype(np.result_type(a, b))
 
 
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a ** b; for integers, NumPy's wrapping int32 power, and for a negative exponent (which
+    NumPy refuses) the kernels' integer part of the real power: 1 for base 1, +-1 for base -1,
+    else 0."""
+    if not np.issubdtype(np.result_type(a, b), np.integer):
+        return np.power(a, b)
+    a, b = np.broadcast_arrays(a, b)
+    neg = b < 0
+    r = np.power(a, np.where(neg, 0, b))
+    odd = (b & 1) == 1
+    at_neg = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0))
+    return np.where(neg, at_neg, r).astype(r.dtype)
+
+
+def cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
+    """x as NumPy's astype(dtype), with the saturating float-to-int conversion the kernels make
+    where NumPy's is undefined (NaN gives 0, values beyond int32 its bounds)."""
+    if dtype == "int32" and np.issubdtype(x.dtype, np.floating):
+        wide = np.clip(np.nan_to_num(np.trunc(x.astype(np.float64))), INT32_MIN, INT32_MAX)
+        return np.where(np.isnan(x), 0, wide).astype(np.int32)
+    with np.errstate(over="ignore"):  # beyond the range of f16 or f32: infinities, as meant
+        return x.astype(dtype)
+
+
+def _cast(dtype: str) -> Reference:
+    # the kernels' outputs are exact: the reference gives the very value, in its own dtype
+    return Reference(lambda a, _: {"y": cast_to(a["x"], dtype)}, domains={"x": "cast"}, exact=True)
+
+
 _DIMS = ("D0", "D1", "D2", "D3")
 
 
@@ -80,6 +112,40 @@ BINARY_CASES: tuple[Case, ...] = (
 )
 
 
+# Three inputs (by position), rank 4: all full; one stretched along each axis in turn; single
+# elements; rows and columns; an empty tensor.
+_Shapes = tuple[tuple[int, ...] | None, ...]  # per input, None for the full shape
+_TERNARY_SHAPES: tuple[tuple[tuple[int, int, int, int], _Shapes], ...] = (
+    ((1, 1, 1, 1), (None, None, None)),
+    ((2, 3, 5, 7), (None, None, None)),
+    ((1, 1, 3, 4099), (None, None, None)),
+    ((1, 1, 1, 9001), (None, (1, 1, 1, 1), (1, 1, 1, 1))),
+    ((3, 5, 7, 130), ((1, 1, 1, 130), None, (3, 5, 7, 1))),
+    ((2, 3, 67, 13), (None, (2, 3, 67, 1), (1, 1, 1, 13))),
+    ((3, 5, 11, 7), ((1, 5, 1, 7), (3, 1, 11, 1), (1, 1, 1, 1))),
+    ((1, 7, 4099, 1), ((1, 1, 4099, 1), (1, 7, 1, 1), None)),
+    ((2, 0, 3, 5), (None, None, None)),
+    ((4, 1, 3, 0), (None, (1, 1, 1, 0), (1, 1, 1, 1))),
+)
+
+
+def _ternary(f: Callable[..., np.ndarray], names: tuple[str, str, str], **kw: Any) -> Reference:
+    cases = tuple(
+        Case(
+            dict(zip(_DIMS, dims, strict=True)),
+            {n: s for n, s in zip(names, shapes, strict=True) if s is not None},
+        )
+        for dims, shapes in _TERNARY_SHAPES
+    )
+    return Reference(
+        lambda a, _: {"out": np.asarray(f(*(a[n] for n in names)))}, cases=cases, **kw
+    )
+
+
+def _where(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.asarray(np.where(cond != 0, x, y))
+
+
 def _binary(f: Binary, **kw: Any) -> Reference:
     return Reference(lambda a, _: {"c": f(a["a"], a["b"])}, cases=BINARY_CASES, **kw)
 
@@ -109,7 +175,23 @@ REFERENCES: dict[str, Reference] = {
     "div": _binary(div_trunc, domains={"b": "nonzero"}),
     "maximum": _binary(np.maximum),
     "minimum": _binary(np.minimum),
-    "pow": _binary(np.power, domains={"a": "positive", "b": "small"}),
+    "pow": _binary(power, domains={"a": "positive", "b": "small"}),
+    # three inputs, broadcasting
+    "clip": _ternary(lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi), ("x", "lo", "hi")),
+    "where": _ternary(_where, ("cond", "x", "y"), domains={"cond": "mask"}),
+    # casts, named after the destination dtype
+    "cast_f16": _cast("float16"),
+    "cast_f32": _cast("float32"),
+    "cast_f64": _cast("float64"),
+    "cast_i32": _cast("int32"),
 }
 
-__all__ = ["BINARY_CASES", "REFERENCES", "div_trunc"]
+__all__ = ["BINARY_CASES", "REFERENCES", "cast_to", "div_trunc", "power"]
+
+
+def __getattr__(name: str) -> Reference:
+    """`generator.references.elementwise:<op>`, the path a spec's `reference:` names."""
+    try:
+        return REFERENCES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no reference {name!r}") from None

@@ -87,8 +87,36 @@ PERMUTE_CASES = (
     _pm((4, 3, 0, 5), (0, 1, 3, 2)),
 )
 
+def _cc(b: int, ra: int, rb: int, i: int) -> Case:
+    return Case({"B": b, "RA": ra, "RB": rb, "I": i})
+
+
+CONCAT_CASES = (
+    _cc(1, 1, 1, 1),
+    _cc(1, 7, 13, 1),  # the last axis of vectors
+    _cc(3, 5, 2, 7),  # a middle axis
+    _cc(1, 130, 67, 33),  # axis 0: two contiguous blocks
+    _cc(2, 0, 5, 3),  # a is empty
+    _cc(2, 5, 0, 3),
+    _cc(0, 3, 4, 5),
+    _cc(4, 3, 4, 0),
+    _cc(5, 3000, 4100, 1),  # runs across the cpu variant's chunks
+)
+
 REFERENCES: dict[str, Reference] = {
     "matmul": Reference(lambda a, _: {"c": a["a"] @ a["b"]}, cases=MATMUL_CASES, reduce="K"),
     "gemm": Reference(_gemm, cases=GEMM_CASES, reduce="K"),
     "permute": Reference(_permute, cases=PERMUTE_CASES),
+    "concat": Reference(
+        lambda a, _: {"y": np.concatenate((a["a"], a["b"]), axis=1)}, cases=CONCAT_CASES,
+        exact=True,
+    ),
 }
+
+
+def __getattr__(name: str) -> Reference:
+    """`generator.references.linalg:<op>`, the path a spec's `reference:` names."""
+    try:
+        return REFERENCES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no reference {name!r}") from None

@@ -93,3 +93,11 @@ REFERENCES: dict[str, Reference] = {
     "layer_norm": Reference(_layer_norm, cases=NORM_CASES, reduce="R"),
     "rms_norm": Reference(_rms_norm, cases=NORM_CASES, reduce="R"),
 }
+
+
+def __getattr__(name: str) -> Reference:
+    """`generator.references.reduce:<op>`, the path a spec's `reference:` names."""
+    try:
+        return REFERENCES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no reference {name!r}") from None

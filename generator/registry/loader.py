@@ -5,15 +5,18 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
 from generator.core import expressions
+from generator.core.manifest import BUILTIN_NAME
 from generator.core.tree import DEFAULT, Tree
 from generator.errors import ClforgeError, GenerationError
+from generator.registry import sources
 from generator.registry.records import Instance, OpSig, Step
+from generator.registry.sources import Source
 
 
 @dataclass(frozen=True)
@@ -27,14 +30,40 @@ class Exprs:
 
 @dataclass(frozen=True)
 class Registry:
+    """The ops and instances of one tree, or of several merged (clforge's and its extensions'):
+    `homes` says which tree each op and instance comes from."""
+
     ops: dict[str, OpSig]
     instances: dict[str, Instance]
-    generated: Path  # folder holding kernels/
+    generated: Path  # the first tree's generated package (holding kernels/)
+    homes: Mapping[str, Source] = field(default_factory=dict)  # op or instance name -> tree
+    trees: tuple[Source, ...] = ()
 
     @property
     def tree(self) -> Tree:
-        """The tree the registry was generated in (its templates render tuned parameters)."""
-        return Tree(self.generated.parent)
+        """The first tree (clforge's, in the default registry)."""
+        first = self.trees[0].tree if self.trees else None
+        return first or Tree(self.generated.parent)
+
+    def home(self, name: str) -> Source | None:
+        """The tree an op or an instance comes from."""
+        return self.homes.get(name)
+
+    def tree_of(self, inst: Instance) -> Tree | None:
+        """The tree whose templates render `inst` with tuned parameters (None: installed
+        without its folder)."""
+        home = self.homes.get(inst.name)
+        return home.tree if home is not None else self.tree
+
+    def roots(self) -> tuple[Path, ...]:
+        """The folders of the trees, for their reference modules."""
+        return tuple(s.root for s in self.trees if s.root is not None)
+
+    def tuning_folders(self) -> tuple[Path, ...]:
+        """Every tree's tuning/ folder, clforge's first."""
+        if not self.trees:
+            return (self.tree.tuning,)
+        return tuple(s.root / "tuning" for s in self.trees if s.root is not None)
 
     def op(self, name: str) -> OpSig:
         try:
@@ -61,7 +90,8 @@ class Registry:
     def source(self, inst: Instance) -> str:
         """The kernel source of `inst`, which must be the text the registry was generated with
         (an interrupted or partial `clforge generate` leaves kernels and registry out of step)."""
-        path = self.generated / inst.source
+        home = self.homes.get(inst.name)
+        path = (home.generated if home is not None else self.generated) / inst.source
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
@@ -89,17 +119,92 @@ def _parse_exprs(
 
 
 def load(tree: Tree = DEFAULT) -> Registry:
-    """The registry of a tree: `generated.registry` for this repository, else by file path."""
+    """The registry of one tree (its generated package, read by file path)."""
+    src = sources.by_root(tree.root) or sources.of_tree(tree)
     if tree == DEFAULT:
-        module = importlib.import_module("generated.registry")
+        src = sources.BUILTIN
+    return merge([_load_source(src)])
+
+
+def load_all(extra: Sequence[Tree] = ()) -> Registry:
+    """One registry of every registered tree (clforge's first), plus `extra` trees."""
+    found = list(sources.sources())
+    for t in extra:
+        if not any(s.root is not None and s.root.resolve() == t.root.resolve() for s in found):
+            found.append(sources.of_tree(t))
+    return merge([_load_source(s) for s in found])
+
+
+def for_tree(tree: Tree) -> Registry:
+    """The registry a command run in `tree` works on: clforge's and every registered extension's
+    ops, with `tree`'s among them. A tree named like clforge's (clforge's own, or a scratch copy
+    of it without a manifest of its own) stands alone."""
+    if tree == DEFAULT:
+        return default()
+    if tree.name == BUILTIN_NAME:
+        return load(tree)
+    return load_all(extra=(tree,))
+
+
+def merge(parts: Sequence[Registry]) -> Registry:
+    """The registries of several trees as one: an op is defined by one tree; any tree may add
+    instances (variants) to any op; names never collide."""
+    ops: dict[str, OpSig] = {}
+    instances: dict[str, Instance] = {}
+    homes: dict[str, Source] = {}
+    for part in parts:
+        for name, op in part.ops.items():
+            if name in ops:
+                raise GenerationError(
+                    f"op {name!r} is defined by two trees: {_where(homes[name])} and "
+                    f"{_where(part.homes[name])}; an extension adds variants to another tree's op "
+                    "with `extends:`"
+                )
+            ops[name] = op
+            homes[name] = part.homes[name]
+    for part in parts:
+        for name, inst in part.instances.items():
+            if name in instances:
+                raise GenerationError(
+                    f"instance {name!r} comes from two trees: {_where(homes[name])} and "
+                    f"{_where(part.homes[name])}; rename one tree's variant"
+                )
+            if inst.op not in ops:
+                raise GenerationError(
+                    f"{_where(part.homes[name])}: instance {name!r} serves op {inst.op!r}, which "
+                    "no registered tree defines (is the extension it extends registered?)"
+                )
+            instances[name] = inst
+            homes[name] = part.homes[name]
+    trees = tuple(s for p in parts for s in p.trees)
+    return Registry(ops, instances, parts[0].generated, homes, trees)
+
+
+def _where(src: Source) -> str:
+    return f"tree {src.name!r} ({src.generated})"
+
+
+def _load_source(src: Source) -> Registry:
+    """The registry of one tree: clforge's by import, an extension's by file path (so that a
+    folder need not be installed), or as installed when it comes without its folder."""
+    path = src.generated / "registry.py"
+    if src == sources.BUILTIN:
+        module = importlib.import_module(f"{src.package}.registry")
     else:
-        path = tree.generated / "registry.py"
-        spec = importlib.util.spec_from_file_location(f"clforge_registry_{abs(hash(path))}", path)
-        if spec is None or spec.loader is None:
-            raise GenerationError(f"no registry at {path}; run `clforge generate`")
+        spec = importlib.util.spec_from_file_location(
+            f"clforge_registry_{src.name}_{abs(hash(path))}", path
+        )
+        if spec is None or spec.loader is None or not path.is_file():
+            raise GenerationError(
+                f"no registry at {path}; run `clforge generate` in {src.root or src.generated}"
+            )
         module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    reg = Registry(dict(module.OPS), dict(module.INSTANCES), tree.generated)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise GenerationError(f"{path}: cannot load: {type(exc).__name__}: {exc}") from None
+    homes = dict.fromkeys((*module.OPS, *module.INSTANCES), src)
+    reg = Registry(dict(module.OPS), dict(module.INSTANCES), src.generated, homes, (src,))
     for inst in reg.instances.values():  # every guard and launch size parsed once, up front
         try:
             for step in inst.steps:
@@ -114,9 +219,18 @@ def load(tree: Tree = DEFAULT) -> Registry:
     return reg
 
 
-@cache
+_DEFAULT: dict[tuple[int, str | None], Registry] = {}
+
+
 def default() -> Registry:
-    return load(DEFAULT)
+    """The default registry: clforge's ops and every registered extension's (rebuilt when an
+    extension is registered or `CLFORGE_PATH` changes)."""
+    k = sources.key()
+    reg = _DEFAULT.get(k)
+    if reg is None:
+        _DEFAULT.clear()
+        reg = _DEFAULT[k] = load_all()
+    return reg
 
 
 def guard_holds(

@@ -45,6 +45,7 @@ class OpSig:
     derived: tuple[tuple[str, str], ...] = ()  # (dim, expression over dims and int attrs)
     checks: tuple[tuple[str, str], ...] = ()  # (condition, message) checked on every call
     call: str = "direct"  # the eager function's calling convention
+    reference: str | None = None  # the NumPy reference, `module:name` (generator.references)
 
     def tensor(self, name: str) -> TensorSig:
         for t in self.inputs + self.outputs:

@@ -26,7 +26,7 @@ from generator.core import expressions
 from generator.core.dtypes import DTYPES
 from generator.core.layouts import element_strides, layout_strides
 from generator.device.discovery import default_device
-from generator.errors import CallError
+from generator.errors import CallError, TemplateError
 from generator.params.space import Params, as_params
 from generator.registry import loader as registry_mod
 from generator.registry.loader import Registry
@@ -146,9 +146,13 @@ class Runtime:
             from generator.emit.render import Renderer  # Jinja only when a tuned set needs it
 
             tuned = dataclasses.replace(inst, params=params)
-            text = Renderer(self.registry.tree).render(
-                tuned, self.registry.op(inst.op), inst.template
-            )
+            tree = self.registry.tree_of(inst)
+            if tree is None:
+                raise TemplateError(
+                    f"{inst.name}: its tree is installed without its templates, so only its "
+                    "generated defaults can run"
+                )
+            text = Renderer(tree).render(tuned, self.registry.op(inst.op), inst.template)
             self._sources[key] = text
         return text
 

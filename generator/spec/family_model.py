@@ -77,7 +77,7 @@ VariantOverride = create_model(  # type: ignore[call-overload]
     },
 )
 
-_BODY = {n: f for n, f in OpSpec.model_fields.items() if n not in ("op", "doc")}
+_BODY = {n: f for n, f in OpSpec.model_fields.items() if n not in ("op", "doc", "reference")}
 _FAMILY_NAME = Field(
     description="the family's name, a C identifier; the file is families/<family>.yaml"
 )
@@ -102,6 +102,7 @@ MemberSpec = create_model(  # type: ignore[call-overload]
     "family's; variants are changed by name, or omitted.",
     op=_same(OpSpec.model_fields["op"]),
     doc=_same(OpSpec.model_fields["doc"]),
+    reference=_same(OpSpec.model_fields["reference"]),
     family=(
         StrictStr,
         Field(
@@ -125,4 +126,5 @@ MemberSpec = create_model(  # type: ignore[call-overload]
 )
 
 MEMBER_ONLY = ("family", "variants", "omit_variants")  # keys of a member that are not op keys
-NOT_INHERITED = ("family", "doc")  # keys of a family file that its members do not inherit
+# keys of a family file that its members do not inherit
+NOT_INHERITED = ("family", "doc", "reference")

@@ -8,6 +8,8 @@ the meaning that spans fields (names, dims, guards, templates, coverage). An op 
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,10 +17,12 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from generator.core.diagnostics import Collector
-from generator.core.located_yaml import LocMap, YamlProblem, load_yaml, locate
+from generator.core.located_yaml import LocList, LocMap, YamlProblem, load_yaml, locate
+from generator.core.manifest import BUILTIN_NAME
 from generator.core.tree import DEFAULT, Tree
-from generator.errors import Diagnostic, Location, SpecError
+from generator.errors import Diagnostic, Location, Severity, SpecError
 from generator.registry.records import OpSig
+from generator.spec.extends import check_extends, defining_tree
 from generator.spec.families import (
     Families,
     Membership,
@@ -30,7 +34,7 @@ from generator.spec.files import read_spec, spec_files
 from generator.spec.model import OpSpec
 from generator.spec.op_checks import check_op
 from generator.spec.signature import signature_of
-from generator.spec.structure import structure_findings
+from generator.spec.structure import SALVAGE_BLIND, salvage, structure_findings
 
 __all__ = [
     "LoadedSpec",
@@ -51,6 +55,7 @@ class LoadedSpec:
     spec: OpSpec
     tree: LocMap
     membership: Membership | None = None
+    extends: str | None = None  # `extends:` file: the tree whose op these variants serve
 
     def signature(self) -> OpSig:
         return signature_of(self.spec, self.path)
@@ -83,6 +88,11 @@ def check_text(
         return None, [exc.diagnostic]
     if not isinstance(doc, LocMap):
         return None, [mapping_problem(doc, path, "a spec file", "op")]
+    if "extends" in doc and "op" not in doc:
+        ext, diags = check_extends(doc, path, tree, check_text)
+        if ext is None:
+            return None, diags
+        return LoadedSpec(path, ext.spec, ext.tree, extends=ext.base), []
     if "family" in doc:
         if families is None:
             families = load_families(tree.specs, tree)
@@ -92,16 +102,106 @@ def check_text(
         spec, merged, membership = found
         return LoadedSpec(path, spec, merged, membership), []
     col = Collector(path, doc)
+    stem = Path(path).name.split(".")[0]
     try:
         spec = OpSpec.model_validate(doc)
     except ValidationError as err:
         structure_findings(col, err)
-        return None, col.diags
-    stem = Path(path).name.split(".")[0]
+        return None, col.diags + salvaged_findings(doc, path, err, tree, stem)
     check_op(col, spec, tree, stem)
+    _check_defined_elsewhere(col, spec.op, tree)
     if col.diags:
         return None, col.diags
     return LoadedSpec(path, spec, doc), []
+
+
+def salvaged_findings(
+    doc: LocMap, path: str, err: ValidationError, tree: Tree, stem: str
+) -> list[Diagnostic]:
+    """Every later check's findings on the parts of a broken spec that parsed (see
+    :func:`generator.spec.structure.salvage`), so that one lint run reports all of a file."""
+    saved = salvage(doc, err)
+    if saved is None:
+        return []
+    spec, rest = saved
+    col = Collector(path, rest)
+    check_op(col, spec, tree, stem)
+    return [renumbered(d, doc, rest) for d in col.diags if d.rule not in SALVAGE_BLIND]
+
+
+def renumbered(d: Diagnostic, doc: LocMap, rest: LocMap) -> Diagnostic:
+    """`d`, found on the salvaged `rest`, with `variants[i]` in its message numbered as in the
+    file (`doc`): variants cut away before it shift the indices."""
+    if not isinstance(doc.get("variants"), LocList) or not isinstance(rest.get("variants"), list):
+        return d
+    index = {id(v): i for i, v in enumerate(doc["variants"])}
+    orig = [index.get(id(v), i) for i, v in enumerate(rest["variants"])]
+
+    def fix(m: re.Match[str]) -> str:
+        j = int(m.group(1))
+        return f"variants[{orig[j] if j < len(orig) else j}]"
+
+    return dataclasses.replace(d, message=re.sub(r"variants\[(\d+)\]", fix, d.message))
+
+
+STRUCTURE_RULES = frozenset({"unknown-key", "missing-key", "type", "vocabulary"})
+
+
+def clean_variants(text: str, path: str, findings: Sequence[Diagnostic]) -> LoadedSpec | None:
+    """A spec with findings, reduced to the variants that have none (by line: a variant owns
+    the lines from its first to the next's), so that lint can still render their templates;
+    None when an op-level finding (beyond a key that validation dropped) makes that moot, or
+    for an op of a family or an `extends:` file, whose templates lint renders once they load."""
+    try:
+        doc = load_yaml(text, path)
+    except YamlProblem:
+        return None
+    if not isinstance(doc, LocMap) or "family" in doc or "extends" in doc:
+        return None
+    try:
+        spec, rest = OpSpec.model_validate(doc), doc
+    except ValidationError as err:
+        saved = salvage(doc, err)
+        if saved is None:
+            return None
+        spec, rest = saved
+    starts = [v.loc.line for v in rest["variants"]]
+    ends = [*starts[1:], 1 << 30]
+    bad: set[int] = set()
+    for d in findings:
+        if d.loc.path != path or d.severity is not Severity.ERROR:
+            continue
+        owners = [
+            i for i, (a, b) in enumerate(zip(starts, ends, strict=True)) if a <= d.loc.line < b
+        ]
+        if owners:
+            bad.update(owners)
+        elif d.rule not in STRUCTURE_RULES:
+            return None
+    keep = [i for i in range(len(spec.variants)) if i not in bad]
+    if not keep:
+        return None
+    items = LocList(rest["variants"][i] for i in keep)
+    items.loc, items.item_locs = rest["variants"].loc, [rest["variants"].item_locs[i] for i in keep]
+    tree = LocMap(rest)
+    tree.loc, tree.key_locs, tree.value_locs = rest.loc, rest.key_locs, rest.value_locs
+    tree["variants"] = items
+    variants = tuple(spec.variants[i] for i in keep)
+    return LoadedSpec(path, spec.model_copy(update={"variants": variants}), tree)
+
+
+def _check_defined_elsewhere(col: Collector, op: str, tree: Tree) -> None:
+    """An extension's op must not be one another tree defines (it may add variants to it)."""
+    if tree.name == BUILTIN_NAME:
+        return
+    other = defining_tree(op, tree)
+    if other is not None:
+        col.add(
+            ("op",),
+            "duplicate-name",
+            f"op {op!r} is already defined by tree {other.name!r} ({other.specs / (op + '.yaml')});"
+            f" to add variants to it, write `extends: {op}` instead of `op:`",
+        )
 
 
 def duplicate_ops(loaded: Sequence[LoadedSpec]) -> list[Diagnostic]:

@@ -269,6 +269,12 @@ class OpSpec(_Model):
 
     op: StrictStr = Field(description="the op's name, a C identifier; the file is <op>.yaml")
     doc: StrictStr = Field("", description="what the op computes")
+    reference: StrictStr | None = Field(
+        None,
+        description="its NumPy reference, `module:name`: a Reference (generator.references) or "
+        "a function (inputs, attrs) -> outputs, computing in float64; `clforge verify`, the "
+        "tuner and the tests check kernels against it (e.g. generator.references.elementwise:relu)",
+    )
     dims: tuple[StrictStr, ...] = Field(
         description="symbolic dims; one name means one size everywhere"
     )
@@ -313,3 +319,20 @@ class OpSpec(_Model):
 
     def layouts_of(self, tensor: str) -> tuple[str, ...]:
         return self.layouts.get(tensor, ("row",))
+
+
+class ExtendsSpec(_Model):
+    """Variants an extension adds to an op that another tree defines (clforge's own, or another
+    registered extension's): the op's signature stays the other tree's; these variants are
+    checked against it, and for ties with every other variant of the op in every tree."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", title="clforge variants for an op")
+
+    extends: StrictStr = Field(
+        description="the op these variants serve, defined by another registered tree; the file "
+        "is <op>.yaml"
+    )
+    doc: StrictStr = Field("", description="what these variants add (e.g. the hardware)")
+    variants: tuple[VariantSpec, ...] = Field(
+        min_length=1, description="the variants added, as in an op spec; names unique in the op"
+    )

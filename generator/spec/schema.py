@@ -1,5 +1,6 @@
 """The JSON Schema of a spec file, exported to specs/schema.json: an op spec, an op of a family
-(a file with both `op:` and `family:`) or a family file (`family:` without `op:`)."""
+(a file with both `op:` and `family:`), a family file (`family:` without `op:`) or variants for
+another tree's op (`extends:`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from generator.spec.family_model import FamilySpec, MemberSpec
-from generator.spec.model import OpSpec
+from generator.spec.model import ExtendsSpec, OpSpec
 
 SCHEMA_ID = "https://clforge.dev/schema/op-spec.json"
 
@@ -17,7 +18,12 @@ SCHEMA_ID = "https://clforge.dev/schema/op-spec.json"
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of a spec file, as exported to specs/schema.json."""
     _, top = models_json_schema(
-        [(OpSpec, "validation"), (MemberSpec, "validation"), (FamilySpec, "validation")],
+        [
+            (OpSpec, "validation"),
+            (MemberSpec, "validation"),
+            (FamilySpec, "validation"),
+            (ExtendsSpec, "validation"),
+        ],
         ref_template="#/$defs/{model}",
     )
 
@@ -28,11 +34,12 @@ def json_schema() -> dict[str, Any]:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "clforge spec file",
-        "description": "specs/<op>.yaml: an op spec, or, with family:, an op of that family; "
+        "description": "specs/<op>.yaml: an op spec, or, with family:, an op of that family, or, "
+        "with extends: instead of op:, variants for another tree's op; "
         "specs/families/<family>.yaml: a family (family: without op:)",
         "if": {"required": ["family"]},
         "then": {"if": {"required": ["op"]}, "then": ref(MemberSpec), "else": ref(FamilySpec)},
-        "else": ref(OpSpec),
+        "else": {"if": {"required": ["extends"]}, "then": ref(ExtendsSpec), "else": ref(OpSpec)},
         "$defs": top["$defs"],
     }
 

@@ -28,4 +28,5 @@ def signature_of(spec: OpSpec, path: str) -> OpSig:
         derived=tuple(spec.derived.items()),
         checks=tuple((c.expr, c.message) for c in spec.checks),
         call=spec.call,
+        reference=spec.reference,
     )

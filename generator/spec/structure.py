@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from generator.core.diagnostics import Collector, KeyPath, dotted
+from generator.core.located_yaml import LocList, LocMap
 from generator.spec.model import OpSpec
 
 
@@ -148,3 +149,85 @@ def structure_findings(
             for old, new in _WORDS:
                 msg = msg.replace(old, new)
             col.add(keys, "type", f"{where}: {msg} (got {got})")
+
+
+# --- the parts that parsed ----------------------------------------------------------------------
+
+MAX_ROUNDS = 8
+# findings that the cut-away parts of a broken spec may cause on the rest (a dropped generic
+# variant leaves the op without one): not reported for a salvaged spec
+SALVAGE_BLIND = frozenset({"generic-coverage", "unbound-dim", "undeclared-tensor"})
+
+
+def salvage(
+    doc: LocMap, err: ValidationError, model: type[BaseModel] = OpSpec
+) -> tuple[Any, LocMap] | None:
+    """A valid model (and its located tree) of what is left of `doc` once every part that
+    failed validation is cut away: a variant with any broken key is dropped whole, an unknown
+    or mistyped optional key elsewhere is dropped, so that the later checks still run on the
+    rest; None when nothing valid is left (a required top-level key is broken)."""
+    for _ in range(MAX_ROUNDS):
+        cuts = {_cut(model, _keys(doc, e["loc"])) for e in err.errors(include_url=False)}
+        if None in cuts:
+            return None
+        for cut in sorted(cuts, key=_order, reverse=True):  # deepest, then last items, first
+            doc = _without(doc, cut)  # type: ignore[arg-type]
+        try:
+            return model.model_validate(doc), doc
+        except ValidationError as again:
+            err = again
+    return None
+
+
+def _order(keys: KeyPath | None) -> tuple[int, tuple[str, ...]]:
+    keys = keys or ()
+    return len(keys), tuple(f"{k:09d}" if isinstance(k, int) else k for k in keys)
+
+
+def _keys(doc: LocMap, loc: tuple[Any, ...]) -> KeyPath:
+    raw = tuple(k for k in loc if not (isinstance(k, str) and k.startswith("function-")))
+    return tuple(k for i, k in enumerate(raw) if not _union_tag(doc, raw, i))
+
+
+def _cut(model: type[BaseModel], keys: KeyPath) -> KeyPath | None:
+    """The shortest removable path that holds the error at `keys`: the key itself when it is
+    optional (or unknown), else the list item or optional key above it; None at the top. A
+    variant goes whole: its other keys mean little without the broken one."""
+    if len(keys) >= 2 and keys[0] == "variants" and isinstance(keys[1], int):
+        return keys[:2]
+    for end in range(len(keys), 0, -1):
+        head, last = keys[: end - 1], keys[end - 1]
+        if isinstance(last, int):
+            return keys[:end]  # a list item: drop it whole
+        parent = _model_at(model, head)
+        if parent is None:
+            continue  # inside a mapping of names (inputs, params, ...): its entry is optional
+        field = parent.model_fields.get(str(last))
+        if field is None or not field.is_required():
+            return keys[:end]
+    return None
+
+
+def _without(node: Any, keys: KeyPath) -> Any:
+    """A copy of `node` without the value at `keys` (copies only along the path)."""
+    key, rest = keys[0], keys[1:]
+    if isinstance(node, LocMap) and isinstance(key, str) and key in node:
+        out = LocMap(node)
+        out.loc, out.key_locs, out.value_locs = node.loc, dict(node.key_locs), dict(node.value_locs)
+        if rest:
+            out[key] = _without(node[key], rest)
+        else:
+            del out[key]
+            out.key_locs.pop(key, None)
+            out.value_locs.pop(key, None)
+        return out
+    if isinstance(node, LocList) and isinstance(key, int) and 0 <= key < len(node):
+        items, locs = list(node), list(node.item_locs)
+        if rest:
+            items[key] = _without(node[key], rest)
+        else:
+            del items[key], locs[key]
+        out_list = LocList(items)
+        out_list.loc, out_list.item_locs = node.loc, locs
+        return out_list
+    return node

@@ -12,7 +12,7 @@ from generator.core import expressions
 from generator.core.diagnostics import Collector, KeyPath, dotted
 from generator.core.identifiers import identifier_problem
 from generator.core.targets import parse_target
-from generator.core.tree import Tree
+from generator.core.tree import DEFAULT, SHARED_TEMPLATES, Tree
 from generator.errors import GuardError
 from generator.spec.model import DEVICE_PROPERTIES, OpSpec, VariantSpec
 
@@ -264,6 +264,8 @@ def template_problems(template: str, tree: Tree) -> Iterator[str]:
     if not template.endswith(".cl.j2"):
         yield f"template {template!r} must end in .cl.j2"
     root = tree.templates.resolve()
+    if p.parts[0] == SHARED_TEMPLATES and len(p.parts) > 1:  # one of clforge's own
+        root, p = DEFAULT.templates.resolve(), Path(*p.parts[1:])
     try:
         full = (root / p).resolve()
         inside = full.is_relative_to(root)

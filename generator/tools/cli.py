@@ -6,39 +6,101 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from generator.core.tree import DEFAULT, Tree
 from generator.errors import ClforgeError, SpecError, StaleError, UsageError
+
+if TYPE_CHECKING:
+    from generator.registry.loader import Registry
 
 Command = Callable[[argparse.Namespace], int]
 
 
 def _tree(args: argparse.Namespace) -> Tree:
+    """`--root`, else the tree whose clforge.yaml is in the working folder or above it, else
+    clforge's own."""
     from pathlib import Path
 
-    return Tree(Path(args.root).resolve()) if args.root else DEFAULT
+    from generator.core.tree import find
+
+    if args.root:
+        root = Path(args.root).resolve()
+        if not root.is_dir():
+            raise UsageError(f"--root: {args.root} is not a folder")
+        return Tree.at(root)
+    return find(Path.cwd()) or DEFAULT
+
+
+def _tree_of_paths(paths: Sequence[str]) -> Tree:
+    """The tree the spec files named on the command line are in: the nearest clforge.yaml above
+    them (all in one tree), else clforge's own, which is then said on standard error."""
+    from pathlib import Path
+
+    from generator.core.tree import find
+
+    found = {
+        find(Path(p).resolve().parent if Path(p).is_file() else Path(p).resolve()) for p in paths
+    }
+    if len(found) > 1:
+        roots = ", ".join(sorted(str(t.root) if t else "(none)" for t in found))
+        raise UsageError(f"the paths are in several trees ({roots}); lint each tree on its own")
+    (tree,) = found
+    if tree is None:
+        print(
+            "clforge lint: the paths are in no tree (no clforge.yaml above them): templates are "
+            f"looked up in {DEFAULT.templates}; --root DIR names the tree",
+            file=sys.stderr,
+        )
+        return DEFAULT
+    return tree
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    """The registry the command works on (:func:`generator.registry.loader.for_tree`)."""
+    from generator.registry import loader
+
+    return loader.for_tree(_tree(args))
+
+
+def _trees(args: argparse.Namespace) -> list[Tree]:
+    """The tree of `--root` (or of the working folder), or with `--all` every registered tree
+    that has its folder here (clforge's, then the extensions')."""
+    tree = _tree(args)
+    if not getattr(args, "all", False):
+        return [tree]
+    from generator.registry import sources
+
+    found = [s.tree for s in sources.sources() if s.tree is not None]
+    if all(t.root.resolve() != tree.root.resolve() for t in found):
+        found.append(tree)
+    return found
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from generator.emit.generate import generate
 
-    tree = _tree(args)
-    try:
-        p = generate(tree, check=args.check)
-    except StaleError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    if args.check:
-        print(f"generated files are up to date ({p.unchanged} files)")
-    else:
+    status = 0
+    for tree in _trees(args):
+        shown = f" (tree {tree.name}, {tree.root})" if args.all else ""
+        try:
+            p = generate(tree, check=args.check)
+        except StaleError as exc:
+            print(f"{exc}{shown}", file=sys.stderr)
+            status = 1
+            continue
+        if args.check:
+            print(f"generated files are up to date ({p.unchanged} files){shown}")
+            continue
         print(
-            f"generated: {len(p.write)} written, {len(p.remove)} removed, {p.unchanged} unchanged"
+            f"generated: {len(p.write)} written, {len(p.remove)} removed, "
+            f"{p.unchanged} unchanged{shown}"
         )
         for rel in p.write:
             print(f"  wrote   {rel}")
         for rel in p.remove:
             print(f"  removed {rel}")
-    return 0
+    return status
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -74,36 +136,45 @@ def cmd_lint(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from generator.errors import DeviceError
-    from generator.lint.checks import FORMATS, lint, list_rules
+    from generator.lint.checks import FORMATS, combined, lint, list_rules
 
     if args.list_rules:
         sys.stdout.write(list_rules())
         return 0
+    if args.all and args.paths:
+        raise UsageError("lint --all lints every registered tree's specs/: name no paths")
+    trees = _trees(args) if args.root or not args.paths else [_tree_of_paths(args.paths)]
     try:
-        report = lint(
-            [Path(p) for p in args.paths],
-            _tree(args),
-            freshness=not args.no_freshness,
-            compile=args.compile,
-        )
+        reports = [
+            lint(
+                [Path(p) for p in args.paths],
+                tree,
+                freshness=not args.no_freshness,
+                compile=args.compile,
+            )
+            for tree in trees
+        ]
     except DeviceError as exc:
         print(f"clforge lint: error: {exc}", file=sys.stderr)
         return 2
+    report = reports[0] if len(reports) == 1 else combined(reports, trees)
     sys.stdout.write(FORMATS[args.format](report))
     print(report.summary(), file=sys.stderr)
     return report.exit_code(strict=args.strict)
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from generator.registry import loader as registry
+    from generator.core.manifest import BUILTIN_NAME
 
-    reg = registry.load(_tree(args))
+    reg = _registry(args)
     if args.op:
         reg.op(args.op)  # an unknown op is an error, not an empty listing
     for inst in sorted(reg.instances.values(), key=lambda i: i.name):
         if args.op and inst.op != args.op:
             continue
-        print(f"{inst.name:52} {','.join(inst.targets):22} {inst.guard or ''}")
+        home = reg.home(inst.name)
+        tree = f"  [{home.name}]" if home is not None and home.name != BUILTIN_NAME else ""
+        print(f"{inst.name:52} {','.join(inst.targets):22} {inst.guard or ''}{tree}".rstrip())
     return 0
 
 
@@ -151,9 +222,8 @@ def _pairs(text: str | None, what: str) -> dict[str, str]:
 def cmd_explain(args: argparse.Namespace) -> int:
     from generator.call.selection import select
     from generator.device.profile_files import find_profile
-    from generator.registry import loader as registry
 
-    reg = registry.load(_tree(args))
+    reg = _registry(args)
     op = reg.op(args.op)
     layouts = _pairs(args.layout, "layout")
     tensors = {t.name: t for t in op.inputs + op.outputs}
@@ -177,14 +247,18 @@ def cmd_explain(args: argparse.Namespace) -> int:
     dtype = args.dtype or op.dtypes[0]
     if dtype not in op.dtypes:
         raise UsageError(f"--dtype: {args.op} supports {', '.join(op.dtypes)}, not {dtype!r}")
+    from generator.call.selection import by_measurement
+    from generator.params.database import load_folders
+    from generator.params.lookup import ParamLookup
+
     profile = find_profile(args.device)
+    lookup = ParamLookup.from_env(profile, load_folders(reg.tuning_folders()))
     sel = select(reg, profile, args.op, dtype, layouts, dims)
+    if len(dims) == len(op.dims):  # the tuner's measurements at this shape, if any
+        names = [c.instance for c in sel.candidates if c.accepted]
+        sel = by_measurement(sel, lookup.times(reg.instances, names, dims))
     choice = None
     if sel.chosen and sel.chosen.instance:
-        from generator.params.database import load_folder
-        from generator.params.lookup import ParamLookup
-
-        lookup = ParamLookup.from_env(profile, load_folder(reg.tree.tuning))
         choice = lookup.choose(reg.instance(sel.chosen.instance), dims)
     if args.json:
         doc = sel.as_dict()
@@ -235,6 +309,15 @@ def _device_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _all_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help=f"{what} every registered tree with its folder here (clforge's and the extensions' "
+        "found by entry points, CLFORGE_PATH), not only this one",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="clforge", description=__doc__)
     parser.add_argument("--root", help="the clforge tree (default: this repository)")
@@ -246,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write nothing; exit 1 naming the files if generated/ is stale",
     )
+    _all_option(g, "generate")
     g.set_defaults(func=cmd_generate)
 
     s = sub.add_parser("schema", help="print the JSON Schema of the spec format")
@@ -275,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     li.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     li.add_argument("--list-rules", action="store_true", help="list the rules and exit")
+    _all_option(li, "lint")
     li.set_defaults(func=cmd_lint)
 
     ls = sub.add_parser("list", help="list the registry's instances")

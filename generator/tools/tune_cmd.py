@@ -32,11 +32,11 @@ def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignor
 
 
 def cmd_tune(args: argparse.Namespace, tree: Tree) -> int:
-    from generator.params.database import load, load_folder, merge, schema_hash
+    from generator.params.database import load, load_folders, merge, schema_hash
     from generator.registry import loader as registry_mod
     from generator.tune.tuner import stale_entries
 
-    reg = registry_mod.load(tree)
+    reg = registry_mod.for_tree(tree)
     if args.merge:
         a, b = (load(Path(p)) for p in args.merge)
         current = {i.name: schema_hash(i) for i in reg.instances.values()}
@@ -45,7 +45,7 @@ def cmd_tune(args: argparse.Namespace, tree: Tree) -> int:
         print(f"merged {args.merge[1]} into {args.merge[0]}: {len(merged.entries)} entries")
         return 0
     if args.check:
-        stale = stale_entries(reg, load_folder(tree.tuning))
+        stale = stale_entries(reg, load_folders(reg.tuning_folders()))
         for path, e, why in stale:
             print(f"{path}: {e.instance} bucket {e.bucket}: stale ({why})")
         print(f"{len(stale)} stale entries", file=sys.stderr)
@@ -93,7 +93,8 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
     for inst, params, why in report.rejected:
         print(f"  rejected {inst} [{params}]: {why.splitlines()[0][:160]}")
     print(
-        f"wrote {tree.rel(report.path) if report.path else '?'}: {len(report.entries)} entries; "
+        f"wrote {', '.join(tree.rel(p) for p in report.paths) or '?'}: "
+        f"{len(report.entries)} entries; "
         f"{report.measured} candidates measured, {report.reused} from the journal, "
         f"{len(report.rejected)} rejected, {report.skipped} left out by the budget"
     )

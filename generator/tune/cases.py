@@ -19,7 +19,8 @@ BY_CONVENTION: dict[str, tuple[Case, ...]] = {
     "axis": (Case({"B": 4096, "R": 4096, "I": 1}), Case({"B": 64, "R": 4096, "I": 64})),
     "trailing": (Case({"B": 4096, "R": 1024}),),
     "matmul": tuple(
-        Case({"BATCH": 1, "M": n, "N": n, "K": n, "BA": 1, "BB": 1}) for n in (256, 512, 1024)
+        Case({"BATCH": 1, "M": n, "N": n, "K": n, "BA": 1, "BB": 1})
+        for n in (64, 128, 256, 512, 1024, 2048)  # small ones: where one launch beats packing
     ),
     "gemm": tuple(Case({"M": n, "N": n, "K": n}, {"bias": (1, 1)}) for n in (512, 1024)),
     "permute": (
@@ -27,8 +28,21 @@ BY_CONVENTION: dict[str, tuple[Case, ...]] = {
             {"D0": 1, "D1": 1, "D2": 4096, "D3": 4096}, attrs={"p0": 0, "p1": 1, "p2": 3, "p3": 2}
         ),
     ),
-    "conv2d": (Case({"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3}),),
+    "conv2d": (
+        Case({"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3}),
+        Case({"N": 1, "C": 64, "H": 56, "W": 56, "K": 128, "CG": 64, "R": 1, "S": 1}),
+    ),
     "attention": (Case({"B": 1, "H": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64}),),
+    "channels": (Case({"N": 32, "C": 64, "S": 3136}),),
+    "pool2d": (
+        Case(
+            {"N": 32, "C": 64, "H": 56, "W": 56},
+            attrs={"kernel_h": 2, "kernel_w": 2, "stride_h": 2, "stride_w": 2},
+        ),
+    ),
+    "along_axis": (Case({"B": 4096, "R": 1024, "I": 1, "J": 16}),),
+    "embedding": (Case({"M": 4096, "V": 32000, "D": 1024}),),
+    "concat": (Case({"B": 1, "RA": 2048, "RB": 2048, "I": 4096}),),
 }
 
 

@@ -34,11 +34,17 @@ def median_time(
 
 
 def device_inputs(
-    rt: Runtime, op: OpSig, dtype: str, shapes: Mapping[str, tuple[int, ...]], seed: int = 0
+    rt: Runtime,
+    op: OpSig,
+    dtype: str,
+    shapes: Mapping[str, tuple[int, ...]],
+    dims: Mapping[str, int],
+    seed: int = 0,
 ) -> dict[str, cla.Array]:
-    """Random inputs of the op's reference domains, on the device, in row-major layout."""
+    """Random inputs of the op's reference domains for sizes `dims`, on the device, in
+    row-major layout."""
     rng = np.random.default_rng(seed)
-    ref = references.REFERENCES[op.name]
+    ref = references.reference_of(op, rt.registry.roots())
     return {
         t.name: cla.to_device(
             rt.queue,
@@ -46,7 +52,7 @@ def device_inputs(
                 rng,
                 tuple(shapes[t.name]),
                 DTYPES[t.dtype or dtype].np_dtype,
-                ref.domains.get(t.name, "normal"),
+                references.domain_of(ref, t.name, dims),
             ),
         )
         for t in op.inputs

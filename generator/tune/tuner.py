@@ -62,7 +62,8 @@ class Report:
     reused: int = 0  # candidates taken from the journal
     rejected: list[tuple[str, str, str]] = field(default_factory=list)  # instance, params, why
     skipped: int = 0  # candidates left out when the budget ran out
-    path: Path | None = None
+    path: Path | None = None  # the file written (the first, when entries went to several trees)
+    paths: list[Path] = field(default_factory=list)  # every file written
 
 
 def plan_jobs(
@@ -200,12 +201,29 @@ def tune(
     finally:
         pool.close()
     report.entries = _entries(results)
-    path = out or tree.tuning / f"{me.slug}.yaml"
-    existing = load(path) if path.is_file() else TuningFile(me)
-    updated = existing.with_entries(report.entries)
-    atomic_write(path, updated.text())
-    report.path = path
+    default = out or tree.tuning / f"{me.slug}.yaml"
+    by_file = files_for(reg, report.entries, default, me.slug, out is not None)
+    for path, entries in sorted(by_file.items()) or [(default, [])]:
+        existing = load(path) if path.is_file() else TuningFile(me)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, existing.with_entries(entries).text())
+        report.paths.append(path)
+    report.path = default if default in report.paths else report.paths[0]
     return report
+
+
+def files_for(
+    reg: Registry, entries: Iterable[Entry], default: Path, slug: str, one_file: bool
+) -> dict[Path, list[Entry]]:
+    """Where each entry is written: the tuning folder of the tree its instance comes from (an
+    extension's variants are tuned into the extension's tuning/, clforge's into clforge's), or
+    `default` for all of them when `one_file` (`--out`) or when the tree has no folder here."""
+    out: dict[Path, list[Entry]] = {}
+    for e in entries:
+        home = None if one_file else reg.tree_of(reg.instance(e.instance))
+        path = home.tuning / f"{slug}.yaml" if home is not None else default
+        out.setdefault(path, []).append(e)
+    return out
 
 
 def _measure(
@@ -303,4 +321,4 @@ def stale_entries(reg: Registry, files: Iterable[TuningFile]) -> list[tuple[str,
     return out
 
 
-__all__ = ["Job", "Report", "plan_jobs", "stale_entries", "tune"]
+__all__ = ["Job", "Report", "files_for", "plan_jobs", "stale_entries", "tune"]

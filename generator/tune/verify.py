@@ -18,6 +18,7 @@ from generator import references
 from generator.call.binding import bind_dims, int_attrs, resolve_attrs
 from generator.core.dtypes import DTYPES
 from generator.core.layouts import layout_strides, storage_view
+from generator.errors import ClforgeError
 from generator.params.space import Params, params_text
 from generator.registry.loader import guard_holds
 from generator.registry.records import Instance
@@ -32,16 +33,22 @@ class VerifyError(AssertionError):
 
 
 def mismatch(
-    what: str, dtype: str, got: np.ndarray, want: np.ndarray, reduce_len: int
+    what: str,
+    dtype: str,
+    got: np.ndarray,
+    want: np.ndarray,
+    reduce_len: int,
+    exact: bool = False,
 ) -> str | None:
-    """Why `got` is not `want` at the dtype's tolerance, or None when it is."""
+    """Why `got` is not `want` at the tolerance of `dtype` (the output's), or None when it is;
+    `exact`: equal element for element (NaN equal to NaN), whatever the dtype."""
     d = DTYPES[dtype]
     if got.shape != want.shape:
         return f"{what}: shape {got.shape} != {want.shape}"
     if not got.size:
         return None
     try:
-        if not d.is_float and np.issubdtype(want.dtype, np.integer):
+        if exact or (not d.is_float and np.issubdtype(want.dtype, np.integer)):
             np.testing.assert_array_equal(got, want, err_msg=what)
             return None
         finite = np.isfinite(want)
@@ -117,7 +124,62 @@ class Verdict:
         head = f"{self.instance} [{params_text(self.params)}]"
         if self.problem:
             return f"{head}: FAILED: {self.problem}"
+        if not self.ran:
+            return f"{head}: FAILED: no verification case satisfies its guard"
         return f"{head}: {self.ran} cases match NumPy"
+
+
+GROWN_ELEMENTS = 1 << 25  # the largest tensor a grown case may have
+GROWN_CASES = 3
+
+
+def grown(case: references.Case, k: int) -> references.Case:
+    """`case` with every dim d scaled to d * 2**k + 1: larger, odd, so no tile divides it."""
+    return references.Case({d: n * (1 << k) + 1 for d, n in case.dims.items()}, {}, case.attrs)
+
+
+def cases_for(
+    rt: Runtime, inst: Instance, ref: references.Reference, params: Params
+) -> list[tuple[references.Case, dict[str, tuple[int, ...]], dict, dict[str, int]]]:
+    """The op's cases whose guard `inst` (with `params`) satisfies, each as (case, shapes,
+    attrs, dims); when the guard rejects some (a variant for large tensors), those are also
+    tried grown (:func:`grown`, up to GROWN_CASES of them), so that every variant is checked."""
+    reg = rt.registry
+    op = reg.op(inst.op)
+
+    def bound(case: references.Case) -> tuple[dict, dict, dict[str, int]] | None:
+        shapes = {
+            t.name: tuple(case.shapes.get(t.name, tuple(case.dims[d] for d in t.shape)))
+            for t in op.inputs
+        }
+        attrs = resolve_attrs(op, case.attrs)
+        try:
+            dims = bind_dims(op, shapes, attrs)
+        except ClforgeError:
+            return None  # a grown case the op's checks refuse
+        if not guard_holds(reg, inst, {**dims, **int_attrs(op, attrs)}, dict(params)):
+            return None
+        return shapes, attrs, dims
+
+    out = []
+    rejected = []
+    for case in references.cases_of(ref, op.dims):
+        b = bound(case)
+        if b is not None:
+            out.append((case, *b))
+        elif not case.shapes and all(case.dims.values()):
+            rejected.append(case)
+    for case in rejected[:GROWN_CASES] if inst.guard else ():
+        for k in range(1, 25):
+            big = grown(case, k)
+            shapes = [math.prod(big.dims[d] for d in t.shape) for t in op.inputs]
+            if max(shapes, default=0) > GROWN_ELEMENTS:
+                break
+            b = bound(big)
+            if b is not None:
+                out.append((big, *b))
+                break
+    return out
 
 
 def verify(rt: Runtime, inst: Instance, params: Params | None = None) -> Verdict:
@@ -125,25 +187,17 @@ def verify(rt: Runtime, inst: Instance, params: Params | None = None) -> Verdict
     guard holds, canary-padded, and compare each output with the NumPy reference."""
     reg = rt.registry
     op = reg.op(inst.op)
-    ref = references.REFERENCES[op.name]
+    ref = references.reference_of(op, reg.roots())
     chosen = params if params is not None else tuple(sorted(inst.params))
     rng = np.random.default_rng(zlib.crc32(inst.name.encode()))
     ran = 0
-    for case in references.cases_of(op.name, op.dims):
-        shapes = {
-            t.name: tuple(case.shapes.get(t.name, tuple(case.dims[d] for d in t.shape)))
-            for t in op.inputs
-        }
-        attrs = resolve_attrs(op, case.attrs)
-        dims = bind_dims(op, shapes, attrs)
-        if not guard_holds(reg, inst, {**dims, **int_attrs(op, attrs)}, dict(chosen)):
-            continue
+    for case, shapes, attrs, dims in cases_for(rt, inst, ref, chosen):
         inputs = {
             t.name: references.make_input(
                 rng,
                 shapes[t.name],
                 DTYPES[t.dtype or inst.dtype].np_dtype,
-                ref.domains.get(t.name, "normal"),
+                references.domain_of(ref, t.name, dims),
             )
             for t in op.inputs
         }
@@ -151,11 +205,16 @@ def verify(rt: Runtime, inst: Instance, params: Params | None = None) -> Verdict
             got = canary_launch(rt, rt.plan(inst, dims, attrs, shapes, chosen), inputs, dims)
         except VerifyError as exc:
             return Verdict(inst.name, chosen, ran, f"{case}: {exc}")
-        want = references.expected(op.name, inputs, attrs)
+        want = references.expected(op, inputs, attrs, reg.roots())
         reduce_len = dims.get(ref.reduce, 0) if ref.reduce else 0
         for t in op.outputs:
             problem = mismatch(
-                f"{t.name} {case}", inst.dtype, got[t.name], want[t.name], reduce_len
+                f"{t.name} {case}",
+                t.dtype or inst.dtype,
+                got[t.name],
+                want[t.name],
+                reduce_len,
+                ref.exact,
             )
             if problem:
                 return Verdict(inst.name, chosen, ran, problem)

@@ -28,7 +28,7 @@ from generator.tune.verify import verify
 class Worker:
     def __init__(self) -> None:
         root = os.environ.get("CLFORGE_TREE")
-        reg = registry_mod.load(Tree(Path(root))) if root else None
+        reg = registry_mod.for_tree(Tree.at(Path(root))) if root else None
         self.rt = Runtime(reg=reg)
         self.verdicts: dict[tuple[str, Params], str | None] = {}
 
@@ -46,7 +46,7 @@ class Worker:
         op = reg.op(inst.op)
         shapes = {k: tuple(v) for k, v in req["shapes"].items()}
         plan = self.rt.plan(inst, req["dims"], req["attrs"], shapes, params)
-        inputs = device_inputs(self.rt, op, inst.dtype, shapes)
+        inputs = device_inputs(self.rt, op, inst.dtype, shapes, req["dims"])
         seconds = time_plan(self.rt, plan, inputs, repeats=int(req.get("repeats", 7)))
         return {"ok": True, "us": seconds * 1e6}
 

@@ -16,12 +16,12 @@ __kernel void argmax__cpu__f32(
     const int I
 )
 {
-    const int blocks_ = (I + 7) / 8;
+    const int blocks_ = (I + 15) / 16;
     const int w_ = get_global_id(0);
     if (w_ >= B * blocks_) return;
     if (R == 0) return;  /* unreachable through the op's check R > 0 */
     const int b_ = w_ / blocks_;
-    const int i0_ = (w_ % blocks_) * 8;
+    const int i0_ = (w_ % blocks_) * 16;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
         ACC_ a0_ = (ACC_)x[row_]; int j0_ = 0;
@@ -32,8 +32,16 @@ __kernel void argmax__cpu__f32(
         ACC_ a5_ = (ACC_)x[row_]; int j5_ = 0;
         ACC_ a6_ = (ACC_)x[row_]; int j6_ = 0;
         ACC_ a7_ = (ACC_)x[row_]; int j7_ = 0;
+        ACC_ a8_ = (ACC_)x[row_]; int j8_ = 0;
+        ACC_ a9_ = (ACC_)x[row_]; int j9_ = 0;
+        ACC_ a10_ = (ACC_)x[row_]; int j10_ = 0;
+        ACC_ a11_ = (ACC_)x[row_]; int j11_ = 0;
+        ACC_ a12_ = (ACC_)x[row_]; int j12_ = 0;
+        ACC_ a13_ = (ACC_)x[row_]; int j13_ = 0;
+        ACC_ a14_ = (ACC_)x[row_]; int j14_ = 0;
+        ACC_ a15_ = (ACC_)x[row_]; int j15_ = 0;
         int r_ = 0;
-        for (; r_ + 8 <= R; r_ += 8) {
+        for (; r_ + 16 <= R; r_ += 16) {
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 0]; const int t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ + 0 : j0_; };
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 1]; const int t_ = (((v_) > (a1_)) | (isnan(v_) & !isnan(a1_))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? r_ + 1 : j1_; };
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 2]; const int t_ = (((v_) > (a2_)) | (isnan(v_) & !isnan(a2_))); a2_ = t_ ? v_ : a2_; j2_ = t_ ? r_ + 2 : j2_; };
@@ -42,6 +50,14 @@ __kernel void argmax__cpu__f32(
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 5]; const int t_ = (((v_) > (a5_)) | (isnan(v_) & !isnan(a5_))); a5_ = t_ ? v_ : a5_; j5_ = t_ ? r_ + 5 : j5_; };
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 6]; const int t_ = (((v_) > (a6_)) | (isnan(v_) & !isnan(a6_))); a6_ = t_ ? v_ : a6_; j6_ = t_ ? r_ + 6 : j6_; };
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 7]; const int t_ = (((v_) > (a7_)) | (isnan(v_) & !isnan(a7_))); a7_ = t_ ? v_ : a7_; j7_ = t_ ? r_ + 7 : j7_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 8]; const int t_ = (((v_) > (a8_)) | (isnan(v_) & !isnan(a8_))); a8_ = t_ ? v_ : a8_; j8_ = t_ ? r_ + 8 : j8_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 9]; const int t_ = (((v_) > (a9_)) | (isnan(v_) & !isnan(a9_))); a9_ = t_ ? v_ : a9_; j9_ = t_ ? r_ + 9 : j9_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 10]; const int t_ = (((v_) > (a10_)) | (isnan(v_) & !isnan(a10_))); a10_ = t_ ? v_ : a10_; j10_ = t_ ? r_ + 10 : j10_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 11]; const int t_ = (((v_) > (a11_)) | (isnan(v_) & !isnan(a11_))); a11_ = t_ ? v_ : a11_; j11_ = t_ ? r_ + 11 : j11_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 12]; const int t_ = (((v_) > (a12_)) | (isnan(v_) & !isnan(a12_))); a12_ = t_ ? v_ : a12_; j12_ = t_ ? r_ + 12 : j12_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 13]; const int t_ = (((v_) > (a13_)) | (isnan(v_) & !isnan(a13_))); a13_ = t_ ? v_ : a13_; j13_ = t_ ? r_ + 13 : j13_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 14]; const int t_ = (((v_) > (a14_)) | (isnan(v_) & !isnan(a14_))); a14_ = t_ ? v_ : a14_; j14_ = t_ ? r_ + 14 : j14_; };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 15]; const int t_ = (((v_) > (a15_)) | (isnan(v_) & !isnan(a15_))); a15_ = t_ ? v_ : a15_; j15_ = t_ ? r_ + 15 : j15_; };
         }
         for (; r_ < R; ++r_) {
             { const ACC_ v_ = (ACC_)x[row_ + r_]; const int t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ : j0_; };
@@ -51,11 +67,19 @@ __kernel void argmax__cpu__f32(
         if (((a3_) > (a2_) || ((a3_) == (a2_) && (j3_) < (j2_)) || (isnan(a3_) && (!isnan(a2_) || (j3_) < (j2_))))) { a2_ = a3_; j2_ = j3_; }
         if (((a5_) > (a4_) || ((a5_) == (a4_) && (j5_) < (j4_)) || (isnan(a5_) && (!isnan(a4_) || (j5_) < (j4_))))) { a4_ = a5_; j4_ = j5_; }
         if (((a7_) > (a6_) || ((a7_) == (a6_) && (j7_) < (j6_)) || (isnan(a7_) && (!isnan(a6_) || (j7_) < (j6_))))) { a6_ = a7_; j6_ = j7_; }
+        if (((a9_) > (a8_) || ((a9_) == (a8_) && (j9_) < (j8_)) || (isnan(a9_) && (!isnan(a8_) || (j9_) < (j8_))))) { a8_ = a9_; j8_ = j9_; }
+        if (((a11_) > (a10_) || ((a11_) == (a10_) && (j11_) < (j10_)) || (isnan(a11_) && (!isnan(a10_) || (j11_) < (j10_))))) { a10_ = a11_; j10_ = j11_; }
+        if (((a13_) > (a12_) || ((a13_) == (a12_) && (j13_) < (j12_)) || (isnan(a13_) && (!isnan(a12_) || (j13_) < (j12_))))) { a12_ = a13_; j12_ = j13_; }
+        if (((a15_) > (a14_) || ((a15_) == (a14_) && (j15_) < (j14_)) || (isnan(a15_) && (!isnan(a14_) || (j15_) < (j14_))))) { a14_ = a15_; j14_ = j15_; }
         if (((a2_) > (a0_) || ((a2_) == (a0_) && (j2_) < (j0_)) || (isnan(a2_) && (!isnan(a0_) || (j2_) < (j0_))))) { a0_ = a2_; j0_ = j2_; }
         if (((a6_) > (a4_) || ((a6_) == (a4_) && (j6_) < (j4_)) || (isnan(a6_) && (!isnan(a4_) || (j6_) < (j4_))))) { a4_ = a6_; j4_ = j6_; }
+        if (((a10_) > (a8_) || ((a10_) == (a8_) && (j10_) < (j8_)) || (isnan(a10_) && (!isnan(a8_) || (j10_) < (j8_))))) { a8_ = a10_; j8_ = j10_; }
+        if (((a14_) > (a12_) || ((a14_) == (a12_) && (j14_) < (j12_)) || (isnan(a14_) && (!isnan(a12_) || (j14_) < (j12_))))) { a12_ = a14_; j12_ = j14_; }
         if (((a4_) > (a0_) || ((a4_) == (a0_) && (j4_) < (j0_)) || (isnan(a4_) && (!isnan(a0_) || (j4_) < (j0_))))) { a0_ = a4_; j0_ = j4_; }
+        if (((a12_) > (a8_) || ((a12_) == (a8_) && (j12_) < (j8_)) || (isnan(a12_) && (!isnan(a8_) || (j12_) < (j8_))))) { a8_ = a12_; j8_ = j12_; }
+        if (((a8_) > (a0_) || ((a8_) == (a0_) && (j8_) < (j0_)) || (isnan(a8_) && (!isnan(a0_) || (j8_) < (j0_))))) { a0_ = a8_; j0_ = j8_; }
         y[b_] = j0_;
-    } else if (i0_ + 8 <= I) {
+    } else if (i0_ + 16 <= I) {
         const size_t col_ = row_ + i0_;
         ACC_ a0_ = (ACC_)x[col_ + 0]; int j0_ = 0;
         ACC_ a1_ = (ACC_)x[col_ + 1]; int j1_ = 0;
@@ -65,6 +89,14 @@ __kernel void argmax__cpu__f32(
         ACC_ a5_ = (ACC_)x[col_ + 5]; int j5_ = 0;
         ACC_ a6_ = (ACC_)x[col_ + 6]; int j6_ = 0;
         ACC_ a7_ = (ACC_)x[col_ + 7]; int j7_ = 0;
+        ACC_ a8_ = (ACC_)x[col_ + 8]; int j8_ = 0;
+        ACC_ a9_ = (ACC_)x[col_ + 9]; int j9_ = 0;
+        ACC_ a10_ = (ACC_)x[col_ + 10]; int j10_ = 0;
+        ACC_ a11_ = (ACC_)x[col_ + 11]; int j11_ = 0;
+        ACC_ a12_ = (ACC_)x[col_ + 12]; int j12_ = 0;
+        ACC_ a13_ = (ACC_)x[col_ + 13]; int j13_ = 0;
+        ACC_ a14_ = (ACC_)x[col_ + 14]; int j14_ = 0;
+        ACC_ a15_ = (ACC_)x[col_ + 15]; int j15_ = 0;
         for (int r_ = 1; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
             { const ACC_ v_ = (ACC_)x[at_ + 0]; const int t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ : j0_; };
@@ -75,6 +107,14 @@ __kernel void argmax__cpu__f32(
             { const ACC_ v_ = (ACC_)x[at_ + 5]; const int t_ = (((v_) > (a5_)) | (isnan(v_) & !isnan(a5_))); a5_ = t_ ? v_ : a5_; j5_ = t_ ? r_ : j5_; };
             { const ACC_ v_ = (ACC_)x[at_ + 6]; const int t_ = (((v_) > (a6_)) | (isnan(v_) & !isnan(a6_))); a6_ = t_ ? v_ : a6_; j6_ = t_ ? r_ : j6_; };
             { const ACC_ v_ = (ACC_)x[at_ + 7]; const int t_ = (((v_) > (a7_)) | (isnan(v_) & !isnan(a7_))); a7_ = t_ ? v_ : a7_; j7_ = t_ ? r_ : j7_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 8]; const int t_ = (((v_) > (a8_)) | (isnan(v_) & !isnan(a8_))); a8_ = t_ ? v_ : a8_; j8_ = t_ ? r_ : j8_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 9]; const int t_ = (((v_) > (a9_)) | (isnan(v_) & !isnan(a9_))); a9_ = t_ ? v_ : a9_; j9_ = t_ ? r_ : j9_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 10]; const int t_ = (((v_) > (a10_)) | (isnan(v_) & !isnan(a10_))); a10_ = t_ ? v_ : a10_; j10_ = t_ ? r_ : j10_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 11]; const int t_ = (((v_) > (a11_)) | (isnan(v_) & !isnan(a11_))); a11_ = t_ ? v_ : a11_; j11_ = t_ ? r_ : j11_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 12]; const int t_ = (((v_) > (a12_)) | (isnan(v_) & !isnan(a12_))); a12_ = t_ ? v_ : a12_; j12_ = t_ ? r_ : j12_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 13]; const int t_ = (((v_) > (a13_)) | (isnan(v_) & !isnan(a13_))); a13_ = t_ ? v_ : a13_; j13_ = t_ ? r_ : j13_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 14]; const int t_ = (((v_) > (a14_)) | (isnan(v_) & !isnan(a14_))); a14_ = t_ ? v_ : a14_; j14_ = t_ ? r_ : j14_; };
+            { const ACC_ v_ = (ACC_)x[at_ + 15]; const int t_ = (((v_) > (a15_)) | (isnan(v_) & !isnan(a15_))); a15_ = t_ ? v_ : a15_; j15_ = t_ ? r_ : j15_; };
         }
         y[(size_t)b_ * I + i0_ + 0] = j0_;
         y[(size_t)b_ * I + i0_ + 1] = j1_;
@@ -84,6 +124,14 @@ __kernel void argmax__cpu__f32(
         y[(size_t)b_ * I + i0_ + 5] = j5_;
         y[(size_t)b_ * I + i0_ + 6] = j6_;
         y[(size_t)b_ * I + i0_ + 7] = j7_;
+        y[(size_t)b_ * I + i0_ + 8] = j8_;
+        y[(size_t)b_ * I + i0_ + 9] = j9_;
+        y[(size_t)b_ * I + i0_ + 10] = j10_;
+        y[(size_t)b_ * I + i0_ + 11] = j11_;
+        y[(size_t)b_ * I + i0_ + 12] = j12_;
+        y[(size_t)b_ * I + i0_ + 13] = j13_;
+        y[(size_t)b_ * I + i0_ + 14] = j14_;
+        y[(size_t)b_ * I + i0_ + 15] = j15_;
     } else {
         for (int i_ = i0_; i_ < I; ++i_) {
             const size_t col_ = row_ + i_;

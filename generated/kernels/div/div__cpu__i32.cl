@@ -5,6 +5,7 @@ typedef int ACC_;
 typedef int8 ACC8_;
 
 #define CHUNK 4096
+#define NT_MIN 4194304
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void div__cpu__i32(
     __global const int* restrict a,
@@ -30,7 +31,19 @@ __kernel void div__cpu__i32(
     const int dense_a_ = (a_s0 == (D0 == 1 ? 0 : D1 * D2 * D3) && a_s1 == (D1 == 1 ? 0 : D2 * D3) && a_s2 == (D2 == 1 ? 0 : D3) && a_s3 == (D3 == 1 ? 0 : 1));
     const int dense_b_ = (b_s0 == (D0 == 1 ? 0 : D1 * D2 * D3) && b_s1 == (D1 == 1 ? 0 : D2 * D3) && b_s2 == (D2 == 1 ? 0 : D3) && b_s3 == (D3 == 1 ? 0 : 1));
     int i_ = start_;
-    if (dense_a_ && dense_b_) {
+    if (dense_a_ && dense_b_ && total_ >= NT_MIN) {
+        for (; i_ + 8 <= end_; i_ += 8) {
+            const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
+            const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
+            __builtin_nontemporal_store((int8)(((x_) / (y_))), (__global int8*)(c + (i_)));
+        }
+        for (; i_ < end_; ++i_) {
+            const ACC_ x_ = (ACC_)a[i_];
+            const ACC_ y_ = (ACC_)b[i_];
+            c[i_] = (int)(((x_) / (y_)));
+        }
+
+    } else if (dense_a_ && dense_b_) {
         for (; i_ + 8 <= end_; i_ += 8) {
             const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
             const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));

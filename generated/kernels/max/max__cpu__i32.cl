@@ -16,12 +16,12 @@ __kernel void max__cpu__i32(
     const int I
 )
 {
-    const int blocks_ = (I + 7) / 8;
+    const int blocks_ = (I + 31) / 32;
     const int w_ = get_global_id(0);
     if (w_ >= B * blocks_) return;
     if (R == 0) return;  /* unreachable through the op's check R > 0 */
     const int b_ = w_ / blocks_;
-    const int i0_ = (w_ % blocks_) * 8;
+    const int i0_ = (w_ % blocks_) * 32;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
         ACC_ a0_ = (ACC_)x[row_];
@@ -32,8 +32,32 @@ __kernel void max__cpu__i32(
         ACC_ a5_ = (ACC_)x[row_];
         ACC_ a6_ = (ACC_)x[row_];
         ACC_ a7_ = (ACC_)x[row_];
+        ACC_ a8_ = (ACC_)x[row_];
+        ACC_ a9_ = (ACC_)x[row_];
+        ACC_ a10_ = (ACC_)x[row_];
+        ACC_ a11_ = (ACC_)x[row_];
+        ACC_ a12_ = (ACC_)x[row_];
+        ACC_ a13_ = (ACC_)x[row_];
+        ACC_ a14_ = (ACC_)x[row_];
+        ACC_ a15_ = (ACC_)x[row_];
+        ACC_ a16_ = (ACC_)x[row_];
+        ACC_ a17_ = (ACC_)x[row_];
+        ACC_ a18_ = (ACC_)x[row_];
+        ACC_ a19_ = (ACC_)x[row_];
+        ACC_ a20_ = (ACC_)x[row_];
+        ACC_ a21_ = (ACC_)x[row_];
+        ACC_ a22_ = (ACC_)x[row_];
+        ACC_ a23_ = (ACC_)x[row_];
+        ACC_ a24_ = (ACC_)x[row_];
+        ACC_ a25_ = (ACC_)x[row_];
+        ACC_ a26_ = (ACC_)x[row_];
+        ACC_ a27_ = (ACC_)x[row_];
+        ACC_ a28_ = (ACC_)x[row_];
+        ACC_ a29_ = (ACC_)x[row_];
+        ACC_ a30_ = (ACC_)x[row_];
+        ACC_ a31_ = (ACC_)x[row_];
         int r_ = 0;
-        for (; r_ + 8 <= R; r_ += 8) {
+        for (; r_ + 32 <= R; r_ += 32) {
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 0]; a0_ = (v_) > (a0_) ? (v_) : (a0_); };
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 1]; a1_ = (v_) > (a1_) ? (v_) : (a1_); };
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 2]; a2_ = (v_) > (a2_) ? (v_) : (a2_); };
@@ -42,6 +66,30 @@ __kernel void max__cpu__i32(
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 5]; a5_ = (v_) > (a5_) ? (v_) : (a5_); };
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 6]; a6_ = (v_) > (a6_) ? (v_) : (a6_); };
             { const ACC_ v_ = (ACC_)x[row_ + r_ + 7]; a7_ = (v_) > (a7_) ? (v_) : (a7_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 8]; a8_ = (v_) > (a8_) ? (v_) : (a8_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 9]; a9_ = (v_) > (a9_) ? (v_) : (a9_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 10]; a10_ = (v_) > (a10_) ? (v_) : (a10_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 11]; a11_ = (v_) > (a11_) ? (v_) : (a11_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 12]; a12_ = (v_) > (a12_) ? (v_) : (a12_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 13]; a13_ = (v_) > (a13_) ? (v_) : (a13_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 14]; a14_ = (v_) > (a14_) ? (v_) : (a14_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 15]; a15_ = (v_) > (a15_) ? (v_) : (a15_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 16]; a16_ = (v_) > (a16_) ? (v_) : (a16_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 17]; a17_ = (v_) > (a17_) ? (v_) : (a17_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 18]; a18_ = (v_) > (a18_) ? (v_) : (a18_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 19]; a19_ = (v_) > (a19_) ? (v_) : (a19_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 20]; a20_ = (v_) > (a20_) ? (v_) : (a20_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 21]; a21_ = (v_) > (a21_) ? (v_) : (a21_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 22]; a22_ = (v_) > (a22_) ? (v_) : (a22_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 23]; a23_ = (v_) > (a23_) ? (v_) : (a23_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 24]; a24_ = (v_) > (a24_) ? (v_) : (a24_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 25]; a25_ = (v_) > (a25_) ? (v_) : (a25_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 26]; a26_ = (v_) > (a26_) ? (v_) : (a26_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 27]; a27_ = (v_) > (a27_) ? (v_) : (a27_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 28]; a28_ = (v_) > (a28_) ? (v_) : (a28_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 29]; a29_ = (v_) > (a29_) ? (v_) : (a29_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 30]; a30_ = (v_) > (a30_) ? (v_) : (a30_); };
+            { const ACC_ v_ = (ACC_)x[row_ + r_ + 31]; a31_ = (v_) > (a31_) ? (v_) : (a31_); };
         }
         for (; r_ < R; ++r_) {
             { const ACC_ v_ = (ACC_)x[row_ + r_]; a0_ = (v_) > (a0_) ? (v_) : (a0_); };
@@ -51,11 +99,35 @@ __kernel void max__cpu__i32(
         a2_ = (a3_) > (a2_) ? (a3_) : (a2_);
         a4_ = (a5_) > (a4_) ? (a5_) : (a4_);
         a6_ = (a7_) > (a6_) ? (a7_) : (a6_);
+        a8_ = (a9_) > (a8_) ? (a9_) : (a8_);
+        a10_ = (a11_) > (a10_) ? (a11_) : (a10_);
+        a12_ = (a13_) > (a12_) ? (a13_) : (a12_);
+        a14_ = (a15_) > (a14_) ? (a15_) : (a14_);
+        a16_ = (a17_) > (a16_) ? (a17_) : (a16_);
+        a18_ = (a19_) > (a18_) ? (a19_) : (a18_);
+        a20_ = (a21_) > (a20_) ? (a21_) : (a20_);
+        a22_ = (a23_) > (a22_) ? (a23_) : (a22_);
+        a24_ = (a25_) > (a24_) ? (a25_) : (a24_);
+        a26_ = (a27_) > (a26_) ? (a27_) : (a26_);
+        a28_ = (a29_) > (a28_) ? (a29_) : (a28_);
+        a30_ = (a31_) > (a30_) ? (a31_) : (a30_);
         a0_ = (a2_) > (a0_) ? (a2_) : (a0_);
         a4_ = (a6_) > (a4_) ? (a6_) : (a4_);
+        a8_ = (a10_) > (a8_) ? (a10_) : (a8_);
+        a12_ = (a14_) > (a12_) ? (a14_) : (a12_);
+        a16_ = (a18_) > (a16_) ? (a18_) : (a16_);
+        a20_ = (a22_) > (a20_) ? (a22_) : (a20_);
+        a24_ = (a26_) > (a24_) ? (a26_) : (a24_);
+        a28_ = (a30_) > (a28_) ? (a30_) : (a28_);
         a0_ = (a4_) > (a0_) ? (a4_) : (a0_);
+        a8_ = (a12_) > (a8_) ? (a12_) : (a8_);
+        a16_ = (a20_) > (a16_) ? (a20_) : (a16_);
+        a24_ = (a28_) > (a24_) ? (a28_) : (a24_);
+        a0_ = (a8_) > (a0_) ? (a8_) : (a0_);
+        a16_ = (a24_) > (a16_) ? (a24_) : (a16_);
+        a0_ = (a16_) > (a0_) ? (a16_) : (a0_);
         y[b_] = (int)(a0_);
-    } else if (i0_ + 8 <= I) {
+    } else if (i0_ + 32 <= I) {
         const size_t col_ = row_ + i0_;
         ACC_ a0_ = (ACC_)x[col_ + 0];
         ACC_ a1_ = (ACC_)x[col_ + 1];
@@ -65,6 +137,30 @@ __kernel void max__cpu__i32(
         ACC_ a5_ = (ACC_)x[col_ + 5];
         ACC_ a6_ = (ACC_)x[col_ + 6];
         ACC_ a7_ = (ACC_)x[col_ + 7];
+        ACC_ a8_ = (ACC_)x[col_ + 8];
+        ACC_ a9_ = (ACC_)x[col_ + 9];
+        ACC_ a10_ = (ACC_)x[col_ + 10];
+        ACC_ a11_ = (ACC_)x[col_ + 11];
+        ACC_ a12_ = (ACC_)x[col_ + 12];
+        ACC_ a13_ = (ACC_)x[col_ + 13];
+        ACC_ a14_ = (ACC_)x[col_ + 14];
+        ACC_ a15_ = (ACC_)x[col_ + 15];
+        ACC_ a16_ = (ACC_)x[col_ + 16];
+        ACC_ a17_ = (ACC_)x[col_ + 17];
+        ACC_ a18_ = (ACC_)x[col_ + 18];
+        ACC_ a19_ = (ACC_)x[col_ + 19];
+        ACC_ a20_ = (ACC_)x[col_ + 20];
+        ACC_ a21_ = (ACC_)x[col_ + 21];
+        ACC_ a22_ = (ACC_)x[col_ + 22];
+        ACC_ a23_ = (ACC_)x[col_ + 23];
+        ACC_ a24_ = (ACC_)x[col_ + 24];
+        ACC_ a25_ = (ACC_)x[col_ + 25];
+        ACC_ a26_ = (ACC_)x[col_ + 26];
+        ACC_ a27_ = (ACC_)x[col_ + 27];
+        ACC_ a28_ = (ACC_)x[col_ + 28];
+        ACC_ a29_ = (ACC_)x[col_ + 29];
+        ACC_ a30_ = (ACC_)x[col_ + 30];
+        ACC_ a31_ = (ACC_)x[col_ + 31];
         for (int r_ = 1; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
             { const ACC_ v_ = (ACC_)x[at_ + 0]; a0_ = (v_) > (a0_) ? (v_) : (a0_); };
@@ -75,6 +171,30 @@ __kernel void max__cpu__i32(
             { const ACC_ v_ = (ACC_)x[at_ + 5]; a5_ = (v_) > (a5_) ? (v_) : (a5_); };
             { const ACC_ v_ = (ACC_)x[at_ + 6]; a6_ = (v_) > (a6_) ? (v_) : (a6_); };
             { const ACC_ v_ = (ACC_)x[at_ + 7]; a7_ = (v_) > (a7_) ? (v_) : (a7_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 8]; a8_ = (v_) > (a8_) ? (v_) : (a8_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 9]; a9_ = (v_) > (a9_) ? (v_) : (a9_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 10]; a10_ = (v_) > (a10_) ? (v_) : (a10_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 11]; a11_ = (v_) > (a11_) ? (v_) : (a11_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 12]; a12_ = (v_) > (a12_) ? (v_) : (a12_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 13]; a13_ = (v_) > (a13_) ? (v_) : (a13_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 14]; a14_ = (v_) > (a14_) ? (v_) : (a14_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 15]; a15_ = (v_) > (a15_) ? (v_) : (a15_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 16]; a16_ = (v_) > (a16_) ? (v_) : (a16_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 17]; a17_ = (v_) > (a17_) ? (v_) : (a17_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 18]; a18_ = (v_) > (a18_) ? (v_) : (a18_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 19]; a19_ = (v_) > (a19_) ? (v_) : (a19_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 20]; a20_ = (v_) > (a20_) ? (v_) : (a20_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 21]; a21_ = (v_) > (a21_) ? (v_) : (a21_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 22]; a22_ = (v_) > (a22_) ? (v_) : (a22_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 23]; a23_ = (v_) > (a23_) ? (v_) : (a23_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 24]; a24_ = (v_) > (a24_) ? (v_) : (a24_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 25]; a25_ = (v_) > (a25_) ? (v_) : (a25_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 26]; a26_ = (v_) > (a26_) ? (v_) : (a26_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 27]; a27_ = (v_) > (a27_) ? (v_) : (a27_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 28]; a28_ = (v_) > (a28_) ? (v_) : (a28_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 29]; a29_ = (v_) > (a29_) ? (v_) : (a29_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 30]; a30_ = (v_) > (a30_) ? (v_) : (a30_); };
+            { const ACC_ v_ = (ACC_)x[at_ + 31]; a31_ = (v_) > (a31_) ? (v_) : (a31_); };
         }
         y[(size_t)b_ * I + i0_ + 0] = (int)(a0_);
         y[(size_t)b_ * I + i0_ + 1] = (int)(a1_);
@@ -84,6 +204,30 @@ __kernel void max__cpu__i32(
         y[(size_t)b_ * I + i0_ + 5] = (int)(a5_);
         y[(size_t)b_ * I + i0_ + 6] = (int)(a6_);
         y[(size_t)b_ * I + i0_ + 7] = (int)(a7_);
+        y[(size_t)b_ * I + i0_ + 8] = (int)(a8_);
+        y[(size_t)b_ * I + i0_ + 9] = (int)(a9_);
+        y[(size_t)b_ * I + i0_ + 10] = (int)(a10_);
+        y[(size_t)b_ * I + i0_ + 11] = (int)(a11_);
+        y[(size_t)b_ * I + i0_ + 12] = (int)(a12_);
+        y[(size_t)b_ * I + i0_ + 13] = (int)(a13_);
+        y[(size_t)b_ * I + i0_ + 14] = (int)(a14_);
+        y[(size_t)b_ * I + i0_ + 15] = (int)(a15_);
+        y[(size_t)b_ * I + i0_ + 16] = (int)(a16_);
+        y[(size_t)b_ * I + i0_ + 17] = (int)(a17_);
+        y[(size_t)b_ * I + i0_ + 18] = (int)(a18_);
+        y[(size_t)b_ * I + i0_ + 19] = (int)(a19_);
+        y[(size_t)b_ * I + i0_ + 20] = (int)(a20_);
+        y[(size_t)b_ * I + i0_ + 21] = (int)(a21_);
+        y[(size_t)b_ * I + i0_ + 22] = (int)(a22_);
+        y[(size_t)b_ * I + i0_ + 23] = (int)(a23_);
+        y[(size_t)b_ * I + i0_ + 24] = (int)(a24_);
+        y[(size_t)b_ * I + i0_ + 25] = (int)(a25_);
+        y[(size_t)b_ * I + i0_ + 26] = (int)(a26_);
+        y[(size_t)b_ * I + i0_ + 27] = (int)(a27_);
+        y[(size_t)b_ * I + i0_ + 28] = (int)(a28_);
+        y[(size_t)b_ * I + i0_ + 29] = (int)(a29_);
+        y[(size_t)b_ * I + i0_ + 30] = (int)(a30_);
+        y[(size_t)b_ * I + i0_ + 31] = (int)(a31_);
     } else {
         for (int i_ = i0_; i_ < I; ++i_) {
             const size_t col_ = row_ + i_;

@@ -5,6 +5,7 @@ typedef float ACC_;
 typedef float8 ACC8_;
 
 #define CHUNK 4096
+#define NT_MIN 4194304
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void mul__cpu__f32(
     __global const float* restrict a,
@@ -30,7 +31,19 @@ __kernel void mul__cpu__f32(
     const int dense_a_ = (a_s0 == (D0 == 1 ? 0 : D1 * D2 * D3) && a_s1 == (D1 == 1 ? 0 : D2 * D3) && a_s2 == (D2 == 1 ? 0 : D3) && a_s3 == (D3 == 1 ? 0 : 1));
     const int dense_b_ = (b_s0 == (D0 == 1 ? 0 : D1 * D2 * D3) && b_s1 == (D1 == 1 ? 0 : D2 * D3) && b_s2 == (D2 == 1 ? 0 : D3) && b_s3 == (D3 == 1 ? 0 : 1));
     int i_ = start_;
-    if (dense_a_ && dense_b_) {
+    if (dense_a_ && dense_b_ && total_ >= NT_MIN) {
+        for (; i_ + 8 <= end_; i_ += 8) {
+            const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
+            const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
+            __builtin_nontemporal_store((float8)(((x_) * (y_))), (__global float8*)(c + (i_)));
+        }
+        for (; i_ < end_; ++i_) {
+            const ACC_ x_ = (ACC_)a[i_];
+            const ACC_ y_ = (ACC_)b[i_];
+            c[i_] = (float)(((x_) * (y_)));
+        }
+
+    } else if (dense_a_ && dense_b_) {
         for (; i_ + 8 <= end_; i_ += 8) {
             const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
             const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));

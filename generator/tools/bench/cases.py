@@ -8,8 +8,12 @@ import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
+from generator import references
 from generator.core.dtypes import DTYPES
+from generator.core.manifest import BUILTIN_NAME
 from generator.errors import UsageError
+from generator.registry.loader import Registry
+from generator.registry.records import OpSig
 
 Sizes = Mapping[str, int]
 
@@ -148,10 +152,6 @@ CASES: tuple[Case, ...] = (
 def selected(quick: bool, ops: Collection[str] | None = None) -> list[Case]:
     """The cases of a run (of `ops`, if given): every case, or each distinct one at its quick
     sizes (the matmul sweep collapses to one case per dtype)."""
-    known = sorted({c.op for c in CASES})
-    unknown = sorted(set(ops or ()) - set(known))
-    if unknown:
-        raise UsageError(f"no bench case for {', '.join(unknown)} (cases: {', '.join(known)})")
     out: list[Case] = []
     seen: set[tuple[str, str, str, str]] = set()
     for case in CASES:
@@ -163,3 +163,55 @@ def selected(quick: bool, ops: Collection[str] | None = None) -> list[Case]:
             seen.add(key)
             out.append(c)
     return out
+
+
+GROWN_ELEMENTS = 1 << 22  # an extension op's bench size: its largest case, grown to this
+
+
+def extension_cases(reg: Registry) -> list[Case]:
+    """A case per op of the registered extensions (the shipped ops have theirs above): the
+    largest of its reference's cases, dims doubled until a tensor has GROWN_ELEMENTS elements
+    (quick: the smallest non-empty case); memory-bound, every tensor moved once, compared with
+    its NumPy reference in the NumPy peer's process."""
+    out = []
+    for name, op in sorted(reg.ops.items()):
+        home = reg.home(name)
+        if home is None or home.name == BUILTIN_NAME or not op.reference:
+            continue
+        case = _extension_case(op, home.name, references.reference_of(op, reg.roots()))
+        if case is not None:
+            out.append(case)
+    return out
+
+
+def _extension_case(op: OpSig, tree: str, ref: references.Reference) -> Case | None:
+    plain = [c for c in references.cases_of(ref, op.dims) if not c.shapes and all(c.dims.values())]
+    if not plain:
+        return None
+
+    def largest(dims: Sizes) -> int:
+        return max(math.prod(dims.get(d, 1) for d in t.shape) for t in op.inputs)
+
+    full = dict(max(plain, key=lambda c: largest(c.dims)).dims)
+    while largest(full) < GROWN_ELEMENTS:
+        full = {d: 2 * n for d, n in full.items()}
+    tensors = [t.shape for t in op.inputs + op.outputs]
+
+    def moved(s: Sizes, itemsize: int) -> float:
+        return float(itemsize) * sum(math.prod(s.get(d, 1) for d in shape) for shape in tensors)
+
+    label = f"{op.name} [{tree}] " + "x".join(f"{{{d}}}" for d in op.dims)
+    dtype = "f32" if "f32" in op.dtypes else op.dtypes[0]
+    quick = min(plain, key=lambda c: largest(c.dims))
+    return Case(op.name, full, dict(quick.dims), moved, "GB/s", label, dtype, dict(quick.attrs))
+
+
+def run_cases(reg: Registry, quick: bool, ops: Collection[str] | None = None) -> list[Case]:
+    """The cases of a run: the shipped ops' (:func:`selected`) and one per extension op, of
+    `ops` only if given; an op without a case is a usage error."""
+    extension = [c.at(quick) for c in extension_cases(reg)]
+    known = sorted({c.op for c in CASES} | {c.op for c in extension})
+    unknown = sorted(set(ops or ()) - set(known))
+    if unknown:
+        raise UsageError(f"no bench case for {', '.join(unknown)} (cases: {', '.join(known)})")
+    return selected(quick, ops) + [c for c in extension if ops is None or c.op in ops]

@@ -35,7 +35,8 @@ def requests(reg: Registry, cases: Sequence[Case]) -> list[Request]:
     out = []
     for case in cases:
         op = reg.op(case.op)
-        out.append(request(op, case.dtype, dict(case.sizes), resolve_attrs(op, case.attrs)))
+        attrs = resolve_attrs(op, case.attrs)
+        out.append(request(op, case.dtype, dict(case.sizes), attrs, reg.roots()))
     return out
 
 

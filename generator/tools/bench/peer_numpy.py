@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ def prepare(req: Request) -> Call | Outcome:
     if req["op"] == "gemm" and req["attrs"].get("alpha", 1) == 1 and not req["attrs"].get("beta"):
         a, b = x["a"], x["b"]
         return Call(lambda: a @ b)
-    fn = references.REFERENCES[req["op"]].fn
+    fn = references.resolve(req["reference"], [Path(r) for r in req["roots"]]).fn
     return Call(functools.partial(_materialized, fn, x, req["attrs"]))
 
 

@@ -8,6 +8,8 @@ with an outcome: the median seconds of one call, or a note that says why there i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import NotRequired, TypedDict
 
 import numpy as np
@@ -25,6 +27,8 @@ class InputSpec(TypedDict):
 
 class Request(TypedDict):
     op: str
+    reference: str  # the op's `module:name` (the NumPy peer computes it)
+    roots: list[str]  # where an extension's reference module imports from
     dtype: str
     sizes: dict[str, int]
     attrs: dict[str, float | int]
@@ -51,10 +55,19 @@ class Answer(TypedDict):
     outcomes: NotRequired[list[Outcome]]
 
 
-def request(op: OpSig, dtype: str, sizes: dict[str, int], attrs: dict[str, float | int]) -> Request:
-    domains = references.REFERENCES[op.name].domains
+def request(
+    op: OpSig,
+    dtype: str,
+    sizes: dict[str, int],
+    attrs: dict[str, float | int],
+    roots: Sequence[Path] = (),
+) -> Request:
+    """A case for a peer's process; `roots`: the trees' folders, for an extension's reference."""
+    ref = references.reference_of(op, roots)
     return {
         "op": op.name,
+        "reference": op.reference or "",
+        "roots": [str(r) for r in roots],
         "dtype": dtype,
         "sizes": dict(sizes),
         "attrs": dict(attrs),
@@ -62,7 +75,7 @@ def request(op: OpSig, dtype: str, sizes: dict[str, int], attrs: dict[str, float
             t.name: {
                 "shape": [sizes[d] for d in t.shape],
                 "dtype": t.dtype or dtype,
-                "domain": domains.get(t.name, "normal"),
+                "domain": references.domain_of(ref, t.name, sizes),
             }
             for t in op.inputs
         },

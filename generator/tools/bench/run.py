@@ -14,7 +14,7 @@ from typing import Any
 
 from generator.call.dispatcher import dispatcher
 from generator.core.tree import DEFAULT
-from generator.tools.bench.cases import selected
+from generator.tools.bench.cases import run_cases
 from generator.tools.bench.chart import write_chart
 from generator.tools.bench.clforge_side import GenericPace, copy_bandwidth, requests, time_case
 from generator.tools.bench.overhead import bench_first_call, bench_overhead
@@ -63,8 +63,8 @@ def run_bench(
 ) -> int:
     s = QUICK if quick else FULL
     out_dir = out_dir or DEFAULT.root / "bench-results"
-    cases = selected(quick, ops)
     d = dispatcher()
+    cases = run_cases(d.registry, quick, ops)
     reqs = requests(d.registry, cases)
     progress(f"copy bandwidth ({s.copy_bytes // 2**20} MiB)")
     bw = copy_bandwidth(d.runtime.queue, s.timing, s.copy_bytes)
