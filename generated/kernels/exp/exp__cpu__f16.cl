@@ -6,6 +6,7 @@ typedef float8 ACC8_;
 
 typedef float16 ACCV_;
 #define CHUNK 4096
+#define NT_MIN 4194304
 // e^x: x clamped to [-104, 89] (e^-inf = 0, e^inf = inf, NaN stays NaN); 2^n as 2^(n + 24) 2^-24
 // below 0 (denormal results) and 2^(n - 1) 2 above (no overflow before e^x does)
 inline float16 exp_v_(float16 x) {
@@ -56,9 +57,16 @@ __kernel void exp__cpu__f16(
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
-    for (; i_ + 16 <= end_; i_ += 16) {
-        const ACCV_ v_ = vload_half16(0, x + (i_));
-        vstore_half16(exp_v_(v_), 0, y + (i_));
+    if (N >= NT_MIN) {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = vload_half16(0, x + (i_));
+            vstore_half16(exp_v_(v_), 0, y + (i_));
+        }
+    } else {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = vload_half16(0, x + (i_));
+            vstore_half16(exp_v_(v_), 0, y + (i_));
+        }
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = vload_half((size_t)(i_), x);

@@ -6,6 +6,7 @@ typedef float8 ACC8_;
 
 typedef float16 ACCV_;
 #define CHUNK 4096
+#define NT_MIN 4194304
 // e^(h + l) * 2^32 for h + l <= 0 and |l| below h's ulp: normal down to h = -110, 0 below
 inline float16 exps_v_(float16 h, float16 l) {
     h = h < -110.0f ? (float16)-110.0f : h;
@@ -62,9 +63,16 @@ __kernel void silu__cpu__f16(
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
-    for (; i_ + 16 <= end_; i_ += 16) {
-        const ACCV_ v_ = vload_half16(0, x + (i_));
-        vstore_half16(silu_v_(v_), 0, y + (i_));
+    if (N >= NT_MIN) {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = vload_half16(0, x + (i_));
+            vstore_half16(silu_v_(v_), 0, y + (i_));
+        }
+    } else {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = vload_half16(0, x + (i_));
+            vstore_half16(silu_v_(v_), 0, y + (i_));
+        }
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = vload_half((size_t)(i_), x);

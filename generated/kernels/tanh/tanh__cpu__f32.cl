@@ -6,6 +6,7 @@ typedef float8 ACC8_;
 
 typedef float16 ACCV_;
 #define CHUNK 4096
+#define NT_MIN 4194304
 // tanh(|x|) = c P(c^2) / Q(c^2) (at most 1), c = |x| clamped to 9, then x's sign: tanh(-0) = -0,
 // tanh(+-inf) = +-1, NaN stays NaN
 inline float16 tanh_v_(float16 x) {
@@ -56,9 +57,16 @@ __kernel void tanh__cpu__f32(
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
-    for (; i_ + 16 <= end_; i_ += 16) {
-        const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
-        *(__global ACCV_*)(y + (i_)) = tanh_v_(v_);
+    if (N >= NT_MIN) {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            __builtin_nontemporal_store(tanh_v_(v_), (__global ACCV_*)(y + (i_)));
+        }
+    } else {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            *(__global ACCV_*)(y + (i_)) = tanh_v_(v_);
+        }
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = (ACC_)x[i_];
