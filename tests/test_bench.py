@@ -17,8 +17,9 @@ import pytest
 
 from generator import references
 from generator.core.tree import DEFAULT
+from generator.errors import UsageError
 from generator.registry.loader import Registry
-from generator.tools.bench.cases import CASES, selected
+from generator.tools.bench.cases import CASES, run_cases, selected
 from generator.tools.bench.clforge_side import Figures, GenericPace, requests
 from generator.tools.bench.peers import PEERS, PeerRun
 from generator.tools.bench.protocol import host_inputs
@@ -111,6 +112,16 @@ def test_quick_bench_writes_the_chart(quick_run: tuple[dict[str, Any], Path]) ->
     png = out / "bench.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 10_000
+
+
+def test_cases_of_some_ops(registry: Registry) -> None:
+    assert [(c.op, dict(c.attrs)) for c in run_cases(registry, False, ["gelu"])] == [
+        ("gelu", {}),
+        ("gelu", {"approximate": 1}),
+    ]
+    assert {c.op for c in run_cases(registry, True, ["exp", "matmul"])} == {"exp", "matmul"}
+    with pytest.raises(UsageError, match="no bench case for nope"):
+        run_cases(registry, False, ["nope"])
 
 
 def test_slow_generics_are_predicted_and_skipped() -> None:

@@ -32,7 +32,8 @@ def test_list_filters_by_op(capsys: pytest.CaptureFixture[str]) -> None:
 def test_verify_checks_every_instance_of_an_op(capsys) -> None:
     assert main(["verify", "relu"]) == 0
     out, err = capsys.readouterr()
-    assert "relu__cpu__f32 [CHUNK=4096]: " in out and "cases match NumPy" in out
+    assert "relu__cpu__f32 [CHUNK=4096,NT_MIN=4194304,VW=16]: " in out
+    assert "cases match NumPy" in out
     assert "relu__half__f16: skipped (the device lacks cl_khr_fp16)" in out or (
         "relu__half__f16 []: " in out
     )

@@ -52,7 +52,8 @@ def test_check_names_stale_files_and_generate_fixes_them(tree: Tree) -> None:
     generate(tree)
     spec = tree.specs / "relu.yaml"  # an op of the unary family: its cpu variant overridden
     old = "cpu: {dtypes: [f32, f64, i32]}"
-    spec.write_text(spec.read_text().replace(old, old[:-1] + ", params: {CHUNK: 1024}}"))
+    params = ", params: {CHUNK: 1024, VW: 16, NT_MIN: 4194304}}"
+    spec.write_text(spec.read_text().replace(old, old[:-1] + params))
     with pytest.raises(StaleError) as err:
         generate(tree, check=True)
     assert set(err.value.paths) == {

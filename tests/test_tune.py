@@ -61,7 +61,13 @@ def test_space_starts_at_the_defaults_and_keeps_only_valid_points() -> None:
     assert points[0] == space.defaults
     assert len(points) == space.size == len(set(points))
     narrowed = dataclasses.replace(inst, constraints=("CHUNK % 4096 == 0",))
-    assert [dict(p)["CHUNK"] for p in ParamSpace(narrowed).candidates(CPU)] == [4096, 16384, 65536]
+    default = dict(inst.params)
+    chunks = [
+        dict(p)["CHUNK"]
+        for p in ParamSpace(narrowed).candidates(CPU)
+        if all(dict(p)[k] == default[k] for k in ("VW", "NT_MIN"))
+    ]
+    assert chunks == [4096, 16384, 65536]
 
 
 def test_space_is_pruned_by_the_work_group_limit() -> None:
@@ -77,9 +83,8 @@ def test_space_is_pruned_by_the_work_group_limit() -> None:
 
 
 def _entry(inst: str, bucket: str, chunk: int, us: float = 10.0) -> Entry:
-    return Entry(
-        inst, bucket, (("CHUNK", chunk),), schema_hash(REG.instance(inst)), (), us, 20.0, 4
-    )
+    params = (("CHUNK", chunk), ("NT_MIN", 4194304), ("VW", 16))
+    return Entry(inst, bucket, params, schema_hash(REG.instance(inst)), (), us, 20.0, 4)
 
 
 def test_files_are_deterministic_and_round_trip() -> None:
@@ -141,7 +146,8 @@ def test_every_level_of_the_fallback_chain() -> None:
     assert c.params == ParamSpace(packed).defaults and "but constraint" in c.origin
     # shape: the exact bucket, else the catch-all
     catch_all = TuningFile(Fingerprint.of(CPU)).with_entries([_entry(inst.name, CATCH_ALL, 1024)])
-    assert ParamLookup(CPU, (catch_all,)).choose(inst, {"N": 7}).params == (("CHUNK", 1024),)
+    chosen = ParamLookup(CPU, (catch_all,)).choose(inst, {"N": 7}).params
+    assert chosen == (("CHUNK", 1024), ("NT_MIN", 4194304), ("VW", 16))
     # a stale entry is skipped and remembered
     stale = TuningFile(Fingerprint.of(CPU)).with_entries(
         [dataclasses.replace(_entry(inst.name, CATCH_ALL, 1024), sha="0" * 16)]
@@ -158,9 +164,9 @@ def test_overrides_from_python_and_the_environment() -> None:
         "exp__cpu__f32": {"CHUNK": 64},
     }
     lookup = ParamLookup(CPU, (), parse_overrides("relu__cpu__f32:CHUNK=1024"))
-    assert lookup.choose(inst, {"N": 9}).describe() == "CHUNK=1024: override"
+    assert lookup.choose(inst, {"N": 9}).describe() == "CHUNK=1024,NT_MIN=4194304,VW=16: override"
     lookup.override(inst.name, {"CHUNK": 12})
-    with pytest.raises(CallError, match="constraint 'CHUNK % 8 == 0' does not hold"):
+    with pytest.raises(CallError, match="constraint 'CHUNK % VW == 0' does not hold"):
         lookup.choose(inst, {"N": 9})
     lookup.override(inst.name, {"TILE": 8})
     with pytest.raises(CallError, match="TILE is no parameter"):
@@ -179,7 +185,7 @@ def test_an_override_reaches_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None
         x = np.random.default_rng(1).standard_normal(10_000).astype(np.float32)
         np.testing.assert_array_equal(ops.relu(x), np.maximum(x, 0))
         plan = next(p for p in d._plans.values() if p.inst.name == "relu__cpu__f32")
-        assert plan.params == (("CHUNK", 1024),)
+        assert plan.params == (("CHUNK", 1024), ("NT_MIN", 4194304), ("VW", 16))
         assert plan.launches[0].geometry.global_size == (10,)  # cdiv(10000, 1024)
     finally:
         d.override_params("relu__cpu__f32", None)
@@ -197,7 +203,7 @@ def planted(tmp_path: Path) -> Tree:
     shutil.copytree(DEFAULT.templates, tmp_path / "templates")
     tpl = tmp_path / "templates/elementwise/unary_cpu.cl.j2"
     text = tpl.read_text()
-    for acc in ("ACC8_", "ACC_"):
+    for acc in ("ACCV_", "ACC_"):
         call = f'cf.unary(op.name, "v_", "{acc}")'
         assert call in text
         text = text.replace(call, f"({call}{WRONG})")
@@ -227,7 +233,9 @@ def test_a_wrong_candidate_is_never_chosen_and_the_kernel_change_makes_entries_s
     from generator.tune.tuner import stale_entries
 
     reg, profile, report = _tune(planted, fresh=True)
-    assert [(i, p) for i, p, _ in report.rejected] == [("relu__cpu__f32", "CHUNK=1024")]
+    rejected = [(i, dict(kv.split("=") for kv in p.split(","))) for i, p, _ in report.rejected]
+    assert {i for i, _ in rejected} == {"relu__cpu__f32"}
+    assert len(rejected) == 6 and all(p["CHUNK"] == "1024" for _, p in rejected)  # x VW, NT_MIN
     assert "wrong" in report.rejected[0][2]
     assert report.entries and all(dict(e.params)["CHUNK"] != 1024 for e in report.entries)
     (f,) = load_folder(planted.tuning)
@@ -307,7 +315,8 @@ def test_a_tuned_set_that_cannot_be_rendered_falls_back_to_the_defaults(tmp_path
     d = Dispatcher.for_runtime(rt)
     d.override_params("relu__cpu__f32", {"CHUNK": 1024})
     x = np.random.default_rng(3).standard_normal(5000).astype(np.float32)
-    with pytest.warns(ClforgeWarning, match="CHUNK=1024: override is not available"):
+    not_available = "CHUNK=1024,NT_MIN=4194304,VW=16: override is not available"
+    with pytest.warns(ClforgeWarning, match=not_available):
         got = d.call("relu", {"x": x})["y"]
     np.testing.assert_array_equal(got, np.maximum(x, 0))
     d.strict = True

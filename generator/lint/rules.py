@@ -182,6 +182,13 @@ RULES: tuple[Rule, ...] = (
         "the default params break a constraint, or no tunable combination satisfies them",
         "tunables",
     ),
+    Rule(
+        "accuracy",
+        _E,
+        "an accuracy bound names a variant, dtype or attribute the op lacks, an empty range, or "
+        "repeats another bound",
+        "selection",
+    ),
     Rule("stale-output", _E, "generated/ differs from what the specs give", "output"),
     Rule(
         "compile-error", _E, "an instance fails to build on the OpenCL device (--compile)", "device"

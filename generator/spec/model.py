@@ -235,6 +235,33 @@ def arch_shorthand(data: Any) -> Any:
     return data
 
 
+class AccuracySpec(_Model):
+    """A measured accuracy bound of some of the op's instances against float64, over a dense
+    sweep of inputs (README, 'Accuracy bounds'); the test suite holds the instances to it and
+    docs/ops.md shows it."""
+
+    variants: tuple[StrictStr, ...] = Field(min_length=1, description="the variants it holds for")
+    dtypes: tuple[DTypeName, ...] = Field(min_length=1, description="the dtypes it holds for")
+    attrs: dict[StrictStr, StrictInt] = Field(
+        default_factory=dict,
+        description="values of int attributes it holds for (e.g. gelu's approximate); the "
+        "others at their defaults",
+    )
+    range: tuple[StrictInt | StrictFloat, StrictInt | StrictFloat] = Field(
+        (-20, 20),
+        description="[lo, hi], swept densely on top of the whole line's sweep",
+    )
+    max_abs: StrictInt | StrictFloat = Field(
+        gt=0, description="the largest absolute error where |ref| <= 1"
+    )
+    max_rel: StrictInt | StrictFloat = Field(
+        gt=0,
+        description="the largest relative error where |ref| is at least the dtype's smallest "
+        "normal",
+    )
+    doc: StrictStr = Field("", description="where the largest errors are, and why")
+
+
 class OpSpec(_Model):
     """One op: its signature (dims, tensors, attributes), dtypes, layouts and variants."""
 
@@ -279,6 +306,11 @@ class OpSpec(_Model):
     )
     variants: tuple[VariantSpec, ...] = Field(
         min_length=1, description="implementations; one must be a generic fallback"
+    )
+    accuracy: tuple[AccuracySpec, ...] = Field(
+        (),
+        description="measured accuracy bounds of some instances against float64 (the test "
+        "suite holds them to these; docs/ops.md shows them)",
     )
 
     @property

@@ -181,6 +181,7 @@ def check_op(col: Collector, spec: OpSpec, tree: Tree, stem: str, kind: str = "o
 
     _check_coverage(col, spec, kind)
     _check_ambiguity(col, spec)
+    _check_accuracy(col, spec, int_attrs)
 
 
 def _line(col: Collector, keys: KeyPath) -> str:
@@ -289,3 +290,52 @@ def _check_ambiguity(col: Collector, spec: OpSpec) -> None:
                 "arch",
             )
         earlier.append((i, v, reach))
+
+
+def _check_accuracy(col: Collector, spec: OpSpec, int_attrs: set[str]) -> None:
+    """Each accuracy bound names variants of the op, dtypes they serve and int attributes, over
+    a non-empty range; no two bounds speak of one instance at the same attribute values."""
+    variants = {v.name: v for v in spec.variants}
+    defaults = {n: a.default for n, a in spec.attrs.items() if n in int_attrs}
+    seen: dict[tuple[str, str, tuple[tuple[str, object], ...]], int] = {}
+    for i, b in enumerate(spec.accuracy):
+        key: KeyPath = ("accuracy", i)
+        for n in b.attrs:
+            if n not in int_attrs:
+                col.add(
+                    (*key, "attrs", n),
+                    "accuracy",
+                    f"accuracy[{i}]: {n!r} is not an int attribute of {spec.op!r} "
+                    f"({', '.join(sorted(int_attrs)) or 'it has none'})",
+                    at_key=True,
+                )
+        if not b.range[0] < b.range[1]:
+            col.add((*key, "range"), "accuracy", f"accuracy[{i}]: range must be [lo, hi], lo < hi")
+        at = tuple(sorted({**defaults, **b.attrs}.items()))
+        for j, name in enumerate(b.variants):
+            v = variants.get(name)
+            if v is None:
+                col.add(
+                    (*key, "variants", j),
+                    "accuracy",
+                    f"accuracy[{i}]: {spec.op!r} has no variant {name!r} ({', '.join(variants)})",
+                )
+                continue
+            served = v.dtypes or spec.dtypes
+            for k, d in enumerate(b.dtypes):
+                if d not in served:
+                    col.add(
+                        (*key, "dtypes", k),
+                        "accuracy",
+                        f"accuracy[{i}]: variant {name!r} does not serve {d} ({', '.join(served)})",
+                    )
+                elif (name, d, at) in seen:
+                    values = ", ".join(f"{n}={x}" for n, x in at)
+                    col.add(
+                        (*key, "dtypes", k),
+                        "accuracy",
+                        f"accuracy[{i}]: variant {name!r} in {d}{' at ' + values if at else ''} "
+                        f"already has a bound ({_line(col, ('accuracy', seen[(name, d, at)]))})",
+                    )
+                else:
+                    seen[(name, d, at)] = i

@@ -291,7 +291,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from generator.tools.bench.run import run_bench
 
     out = Path(args.out) if args.out else _tree(args).root / "bench-results"
-    return run_bench(as_json=args.json, quick=args.quick, out_dir=out)
+    ops = [o for o in args.ops.split(",") if o] if args.ops else None
+    return run_bench(as_json=args.json, quick=args.quick, out_dir=out, ops=ops)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -393,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--out", help="where bench.txt, bench.json and bench.png go (default: bench-results/)"
     )
+    b.add_argument("--ops", help="only the cases of these ops, e.g. exp,gelu (default: all)")
     b.set_defaults(func=cmd_bench)
 
     d = sub.add_parser("demo", help="run every op on the default device, checked against NumPy")

@@ -4,7 +4,49 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef float16 ACCV_;
 #define CHUNK 4096
+#define NT_MIN 4194304
+// e^x: x clamped to [-104, 89] (e^-inf = 0, e^inf = inf, NaN stays NaN); 2^n as 2^(n + 24) 2^-24
+// below 0 (denormal results) and 2^(n - 1) 2 above (no overflow before e^x does)
+inline float16 exp_v_(float16 x) {
+    x = x < -104.0f ? (float16)-104.0f : x;
+    x = x > 89.0f ? (float16)89.0f : x;
+    const float16 j = x * 1.44269504f + 12582912.0f;
+    const float16 n = j - 12582912.0f;
+    const float16 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    float16 p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const float16 s = as_float16((as_int16(j) + (x < 0.0f ? (int16)151 : (int16)126)) << 23);
+    return (p * s) * (x < 0.0f ? (float16)5.96046448e-8f : (float16)2.0f);
+}
+
+
+// e^x: x clamped to [-104, 89] (e^-inf = 0, e^inf = inf, NaN stays NaN); 2^n as 2^(n + 24) 2^-24
+// below 0 (denormal results) and 2^(n - 1) 2 above (no overflow before e^x does)
+inline float exp_s_(float x) {
+    x = x < -104.0f ? (float)-104.0f : x;
+    x = x > 89.0f ? (float)89.0f : x;
+    const float j = x * 1.44269504f + 12582912.0f;
+    const float n = j - 12582912.0f;
+    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const float s = as_float((as_int(j) + (x < 0.0f ? (int)151 : (int)126)) << 23);
+    return (p * s) * (x < 0.0f ? (float)5.96046448e-8f : (float)2.0f);
+}
+
+
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void exp__cpu__f32(
     __global const float* restrict x,
@@ -15,12 +57,19 @@ __kernel void exp__cpu__f32(
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
-    for (; i_ + 8 <= end_; i_ += 8) {
-        const ACC8_ v_ = *(__global const ACC8_*)(x + (i_));
-        *(__global ACC8_*)(y + (i_)) = exp(v_);
+    if (N >= NT_MIN) {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            __builtin_nontemporal_store(exp_v_(v_), (__global ACCV_*)(y + (i_)));
+        }
+    } else {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            *(__global ACCV_*)(y + (i_)) = exp_v_(v_);
+        }
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = (ACC_)x[i_];
-        y[i_] = (float)(exp(v_));
+        y[i_] = (float)(exp_s_(v_));
     }
 }

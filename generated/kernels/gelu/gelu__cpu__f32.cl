@@ -4,7 +4,105 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef float16 ACCV_;
 #define CHUNK 4096
+#define NT_MIN 4194304
+// e^(h + l) * 2^32 for h + l <= 0 and |l| below h's ulp: normal down to h = -110, 0 below
+inline float16 exps_v_(float16 h, float16 l) {
+    h = h < -110.0f ? (float16)-110.0f : h;
+    const float16 j = (h + l) * 1.44269504f + 12583071.0f;
+    const float16 n = j - 12583071.0f;
+    const float16 r = (h - n * 0.693359375f) - n * -2.12194440e-4f + l;
+    float16 p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return p * as_float16(as_int16(j) << 23);
+}
+
+// x Phi(x): Phi(x) = e below 0, 1 - e above, e = erfc(|x| / sqrt2) / 2 = t Q(t) e^-x^2/2 with
+// t = 1 / (1 + 0.5 |x| / sqrt2) (Q halved); -x^2/2 = h + l exactly (a contracted multiply-add)
+inline float16 gelu_erf_v_(float16 x) {
+    const float16 a0 = as_float16(as_int16(x) & 0x7fffffff);
+    const float16 a = a0 > 15.0f ? (float16)15.0f : a0;
+    const float16 t = 1.0f / (1.0f + 0.353553391f * a);
+    float16 q = 0.00526565174f;
+    q = q * t + -0.0569835305f;
+    q = q * t + 0.203851566f;
+    q = q * t + -0.32132265f;
+    q = q * t + 0.199688643f;
+    q = q * t + -0.0435455777f;
+    q = q * t + 0.110932164f;
+    q = q * t + 0.11969237f;
+    q = q * t + 0.14138715f;
+    q = q * t + 0.141034201f;
+    const float16 ma = -0.5f * a;
+    const float16 h = ma * a;
+    const float16 l = ma * a - h;
+    const float16 e = (t * q) * exps_v_(h, l);
+    const float16 xm = x < -3.40282347e38f ? (float16)-3.40282347e38f : x;
+    return x < 0.0f ? (xm * e) * 2.32830644e-10f : xm * (1.0f - e * 2.32830644e-10f);
+}
+// x / (1 + e^w) for w <= 0, x e^-w / (1 + e^-w) above, as silu, w = -2u = x (A + B x^2) with
+// A = -2 sqrt(2/pi), B = 0.044715 A; w's rounding (a few ulp of w) is e^-|w|'s relative error
+inline float16 gelu_tanh_v_(float16 x) {
+    const float16 w = x * (-1.59576917f - 0.0713548139f * (x * x));
+    const float16 xm = x < -3.40282347e38f ? (float16)-3.40282347e38f : x;
+    const float16 e = exps_v_(as_float16(as_int16(w) | (int)0x80000000), (float16)-0.0f);
+    return (w > 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
+}
+
+// e^(h + l) * 2^32 for h + l <= 0 and |l| below h's ulp: normal down to h = -110, 0 below
+inline float exps_s_(float h, float l) {
+    h = h < -110.0f ? (float)-110.0f : h;
+    const float j = (h + l) * 1.44269504f + 12583071.0f;
+    const float n = j - 12583071.0f;
+    const float r = (h - n * 0.693359375f) - n * -2.12194440e-4f + l;
+    float p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return p * as_float(as_int(j) << 23);
+}
+
+// x Phi(x): Phi(x) = e below 0, 1 - e above, e = erfc(|x| / sqrt2) / 2 = t Q(t) e^-x^2/2 with
+// t = 1 / (1 + 0.5 |x| / sqrt2) (Q halved); -x^2/2 = h + l exactly (a contracted multiply-add)
+inline float gelu_erf_s_(float x) {
+    const float a0 = as_float(as_int(x) & 0x7fffffff);
+    const float a = a0 > 15.0f ? (float)15.0f : a0;
+    const float t = 1.0f / (1.0f + 0.353553391f * a);
+    float q = 0.00526565174f;
+    q = q * t + -0.0569835305f;
+    q = q * t + 0.203851566f;
+    q = q * t + -0.32132265f;
+    q = q * t + 0.199688643f;
+    q = q * t + -0.0435455777f;
+    q = q * t + 0.110932164f;
+    q = q * t + 0.11969237f;
+    q = q * t + 0.14138715f;
+    q = q * t + 0.141034201f;
+    const float ma = -0.5f * a;
+    const float h = ma * a;
+    const float l = ma * a - h;
+    const float e = (t * q) * exps_s_(h, l);
+    const float xm = x < -3.40282347e38f ? (float)-3.40282347e38f : x;
+    return x < 0.0f ? (xm * e) * 2.32830644e-10f : xm * (1.0f - e * 2.32830644e-10f);
+}
+// x / (1 + e^w) for w <= 0, x e^-w / (1 + e^-w) above, as silu, w = -2u = x (A + B x^2) with
+// A = -2 sqrt(2/pi), B = 0.044715 A; w's rounding (a few ulp of w) is e^-|w|'s relative error
+inline float gelu_tanh_s_(float x) {
+    const float w = x * (-1.59576917f - 0.0713548139f * (x * x));
+    const float xm = x < -3.40282347e38f ? (float)-3.40282347e38f : x;
+    const float e = exps_s_(as_float(as_int(w) | (int)0x80000000), (float)-0.0f);
+    return (w > 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
+}
+
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void gelu__cpu__f32(
     __global const float* restrict x,
@@ -16,12 +114,19 @@ __kernel void gelu__cpu__f32(
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
-    for (; i_ + 8 <= end_; i_ += 8) {
-        const ACC8_ v_ = *(__global const ACC8_*)(x + (i_));
-        *(__global ACC8_*)(y + (i_)) = (approximate ? ((ACC8_)0.5 * (v_) * ((ACC8_)1 + tanh((ACC8_)0.79788456080286535588 * ((v_) + (ACC8_)0.044715 * (v_) * (v_) * (v_))))) : ((ACC8_)0.5 * (v_) * ((ACC8_)1 + erf((v_) * (ACC8_)0.70710678118654752440))));
+    if (N >= NT_MIN) {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            __builtin_nontemporal_store((approximate ? gelu_tanh_v_(v_) : gelu_erf_v_(v_)), (__global ACCV_*)(y + (i_)));
+        }
+    } else {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            *(__global ACCV_*)(y + (i_)) = (approximate ? gelu_tanh_v_(v_) : gelu_erf_v_(v_));
+        }
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = (ACC_)x[i_];
-        y[i_] = (float)((approximate ? ((ACC_)0.5 * (v_) * ((ACC_)1 + tanh((ACC_)0.79788456080286535588 * ((v_) + (ACC_)0.044715 * (v_) * (v_) * (v_))))) : ((ACC_)0.5 * (v_) * ((ACC_)1 + erf((v_) * (ACC_)0.70710678118654752440)))));
+        y[i_] = (float)((approximate ? gelu_tanh_s_(v_) : gelu_erf_s_(v_)));
     }
 }

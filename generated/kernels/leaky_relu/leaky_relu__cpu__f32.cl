@@ -4,7 +4,9 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef float16 ACCV_;
 #define CHUNK 4096
+#define NT_MIN 4194304
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void leaky_relu__cpu__f32(
     __global const float* restrict x,
@@ -16,9 +18,16 @@ __kernel void leaky_relu__cpu__f32(
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
-    for (; i_ + 8 <= end_; i_ += 8) {
-        const ACC8_ v_ = *(__global const ACC8_*)(x + (i_));
-        *(__global ACC8_*)(y + (i_)) = ((v_) < (ACC8_)0 ? (ACC8_)(alpha) * (v_) : (v_));
+    if (N >= NT_MIN) {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            __builtin_nontemporal_store(((v_) < (ACCV_)0 ? (ACCV_)(alpha) * (v_) : (v_)), (__global ACCV_*)(y + (i_)));
+        }
+    } else {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            *(__global ACCV_*)(y + (i_)) = ((v_) < (ACCV_)0 ? (ACCV_)(alpha) * (v_) : (v_));
+        }
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = (ACC_)x[i_];

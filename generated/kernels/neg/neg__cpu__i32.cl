@@ -4,7 +4,9 @@ typedef int T_;
 typedef int ACC_;
 typedef int8 ACC8_;
 
+typedef int16 ACCV_;
 #define CHUNK 4096
+#define NT_MIN 4194304
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void neg__cpu__i32(
     __global const int* restrict x,
@@ -15,9 +17,16 @@ __kernel void neg__cpu__i32(
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
-    for (; i_ + 8 <= end_; i_ += 8) {
-        const ACC8_ v_ = *(__global const ACC8_*)(x + (i_));
-        *(__global ACC8_*)(y + (i_)) = (-(v_));
+    if (N >= NT_MIN) {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            __builtin_nontemporal_store((-(v_)), (__global ACCV_*)(y + (i_)));
+        }
+    } else {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            *(__global ACCV_*)(y + (i_)) = (-(v_));
+        }
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = (ACC_)x[i_];

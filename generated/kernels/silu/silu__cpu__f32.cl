@@ -4,7 +4,55 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef float16 ACCV_;
 #define CHUNK 4096
+#define NT_MIN 4194304
+// e^(h + l) * 2^32 for h + l <= 0 and |l| below h's ulp: normal down to h = -110, 0 below
+inline float16 exps_v_(float16 h, float16 l) {
+    h = h < -110.0f ? (float16)-110.0f : h;
+    const float16 j = (h + l) * 1.44269504f + 12583071.0f;
+    const float16 n = j - 12583071.0f;
+    const float16 r = (h - n * 0.693359375f) - n * -2.12194440e-4f + l;
+    float16 p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return p * as_float16(as_int16(j) << 23);
+}
+
+// x / (1 + e) for x >= 0, x e / (1 + e) below, e = e^-|x|; silu(-inf) = -0
+inline float16 silu_v_(float16 x) {
+    const float16 xm = x < -3.40282347e38f ? (float16)-3.40282347e38f : x;
+    const float16 e = exps_v_(as_float16(as_int16(x) | (int)0x80000000), (float16)-0.0f);
+    return (x < 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
+}
+
+// e^(h + l) * 2^32 for h + l <= 0 and |l| below h's ulp: normal down to h = -110, 0 below
+inline float exps_s_(float h, float l) {
+    h = h < -110.0f ? (float)-110.0f : h;
+    const float j = (h + l) * 1.44269504f + 12583071.0f;
+    const float n = j - 12583071.0f;
+    const float r = (h - n * 0.693359375f) - n * -2.12194440e-4f + l;
+    float p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return p * as_float(as_int(j) << 23);
+}
+
+// x / (1 + e) for x >= 0, x e / (1 + e) below, e = e^-|x|; silu(-inf) = -0
+inline float silu_s_(float x) {
+    const float xm = x < -3.40282347e38f ? (float)-3.40282347e38f : x;
+    const float e = exps_s_(as_float(as_int(x) | (int)0x80000000), (float)-0.0f);
+    return (x < 0.0f ? (xm * e) * 2.32830644e-10f : xm) / (1.0f + e * 2.32830644e-10f);
+}
+
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void silu__cpu__f32(
     __global const float* restrict x,
@@ -15,12 +63,19 @@ __kernel void silu__cpu__f32(
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
-    for (; i_ + 8 <= end_; i_ += 8) {
-        const ACC8_ v_ = *(__global const ACC8_*)(x + (i_));
-        *(__global ACC8_*)(y + (i_)) = ((v_) / ((ACC8_)1 + exp(-(v_))));
+    if (N >= NT_MIN) {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            __builtin_nontemporal_store(silu_v_(v_), (__global ACCV_*)(y + (i_)));
+        }
+    } else {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            *(__global ACCV_*)(y + (i_)) = silu_v_(v_);
+        }
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = (ACC_)x[i_];
-        y[i_] = (float)(((v_) / ((ACC_)1 + exp(-(v_)))));
+        y[i_] = (float)(silu_s_(v_));
     }
 }

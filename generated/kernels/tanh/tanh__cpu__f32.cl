@@ -4,7 +4,49 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef float16 ACCV_;
 #define CHUNK 4096
+#define NT_MIN 4194304
+// tanh(|x|) = c P(c^2) / Q(c^2) (at most 1), c = |x| clamped to 9, then x's sign: tanh(-0) = -0,
+// tanh(+-inf) = +-1, NaN stays NaN
+inline float16 tanh_v_(float16 x) {
+    const float16 a = as_float16(as_int16(x) & 0x7fffffff);
+    const float16 c = a > 9.0f ? (float16)9.0f : a;
+    const float16 z = c * c;
+    float16 p = 1.33546507e-8f;
+    p = p * z + 2.06090754e-5f;
+    p = p * z + 3.49558750e-3f;
+    p = p * z + 1.33810252e-1f;
+    p = p * z + 1.0f;
+    float16 q = 7.77655430e-7f;
+    q = q * z + 3.28563416e-4f;
+    q = q * z + 2.58769803e-2f;
+    q = q * z + 4.67143416e-1f;
+    q = q * z + 1.0f;
+    const float16 r = c * p / q;
+    return as_float16(as_int16(r > 1.0f ? (float16)1.0f : r) | (as_int16(x) & (int)0x80000000));
+}
+
+// tanh(|x|) = c P(c^2) / Q(c^2) (at most 1), c = |x| clamped to 9, then x's sign: tanh(-0) = -0,
+// tanh(+-inf) = +-1, NaN stays NaN
+inline float tanh_s_(float x) {
+    const float a = as_float(as_int(x) & 0x7fffffff);
+    const float c = a > 9.0f ? (float)9.0f : a;
+    const float z = c * c;
+    float p = 1.33546507e-8f;
+    p = p * z + 2.06090754e-5f;
+    p = p * z + 3.49558750e-3f;
+    p = p * z + 1.33810252e-1f;
+    p = p * z + 1.0f;
+    float q = 7.77655430e-7f;
+    q = q * z + 3.28563416e-4f;
+    q = q * z + 2.58769803e-2f;
+    q = q * z + 4.67143416e-1f;
+    q = q * z + 1.0f;
+    const float r = c * p / q;
+    return as_float(as_int(r > 1.0f ? (float)1.0f : r) | (as_int(x) & (int)0x80000000));
+}
+
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void tanh__cpu__f32(
     __global const float* restrict x,
@@ -15,12 +57,19 @@ __kernel void tanh__cpu__f32(
     const int start_ = get_global_id(0) * CHUNK;
     const int end_ = (N - start_ < CHUNK) ? N : start_ + CHUNK;
     int i_ = start_;
-    for (; i_ + 8 <= end_; i_ += 8) {
-        const ACC8_ v_ = *(__global const ACC8_*)(x + (i_));
-        *(__global ACC8_*)(y + (i_)) = tanh(v_);
+    if (N >= NT_MIN) {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            __builtin_nontemporal_store(tanh_v_(v_), (__global ACCV_*)(y + (i_)));
+        }
+    } else {
+        for (; i_ + 16 <= end_; i_ += 16) {
+            const ACCV_ v_ = *(__global const ACCV_*)(x + (i_));
+            *(__global ACCV_*)(y + (i_)) = tanh_v_(v_);
+        }
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = (ACC_)x[i_];
-        y[i_] = (float)(tanh(v_));
+        y[i_] = (float)(tanh_s_(v_));
     }
 }

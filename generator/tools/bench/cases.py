@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from generator import references
 from generator.core.dtypes import DTYPES
 from generator.core.manifest import BUILTIN_NAME
+from generator.errors import UsageError
 from generator.registry.loader import Registry
 from generator.registry.records import OpSig
 
@@ -63,8 +64,9 @@ def _attention_flops(s: Sizes, _: int) -> float:
     return 2.0 * s["B"] * s["H"] * s["SQ"] * s["SK"] * (s["D"] + s["DV"])
 
 
-def _unary(op: str, n: int = 16 * 2**20, **attrs: int) -> Case:
-    return Case(op, {"N": n}, {"N": 4096}, _bytes(2), "GB/s", op + " {N}", attrs=attrs)
+def _unary(op: str, n: int = 16 * 2**20, label: str | None = None, **attrs: int) -> Case:
+    text = (label or op) + " {N}"
+    return Case(op, {"N": n}, {"N": 4096}, _bytes(2), "GB/s", text, attrs=attrs)
 
 
 def _binary(op: str, rows: int, cols: int) -> Case:
@@ -103,7 +105,9 @@ CASES: tuple[Case, ...] = (
     _unary("exp"),
     _unary("sigmoid"),
     _unary("tanh"),
+    _unary("silu"),
     _unary("gelu", 4 * 2**20),
+    _unary("gelu", 4 * 2**20, "gelu (tanh form)", approximate=1),
     _reduce("sum", 4096, 4096),
     _reduce("sum", 64, 4096, 64),
     _reduce("mean", 4096, 4096),
@@ -145,14 +149,16 @@ CASES: tuple[Case, ...] = (
 )
 
 
-def selected(quick: bool) -> list[Case]:
-    """The cases of a run: every case, or each distinct one at its quick sizes (the matmul
-    sweep collapses to one case per dtype)."""
+def selected(quick: bool, ops: Collection[str] | None = None) -> list[Case]:
+    """The cases of a run (of `ops`, if given): every case, or each distinct one at its quick
+    sizes (the matmul sweep collapses to one case per dtype)."""
     out: list[Case] = []
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[tuple[str, str, str, str]] = set()
     for case in CASES:
+        if ops is not None and case.op not in ops:
+            continue
         c = case.at(quick)
-        key = (c.op, c.dtype, repr(sorted(c.sizes.items())))
+        key = (c.op, c.dtype, repr(sorted(c.sizes.items())), repr(sorted(c.attrs.items())))
         if key not in seen:
             seen.add(key)
             out.append(c)
@@ -198,3 +204,14 @@ def _extension_case(op: OpSig, tree: str, ref: references.Reference) -> Case | N
     dtype = "f32" if "f32" in op.dtypes else op.dtypes[0]
     quick = min(plain, key=lambda c: largest(c.dims))
     return Case(op.name, full, dict(quick.dims), moved, "GB/s", label, dtype, dict(quick.attrs))
+
+
+def run_cases(reg: Registry, quick: bool, ops: Collection[str] | None = None) -> list[Case]:
+    """The cases of a run: the shipped ops' (:func:`selected`) and one per extension op, of
+    `ops` only if given; an op without a case is a usage error."""
+    extension = [c.at(quick) for c in extension_cases(reg)]
+    known = sorted({c.op for c in CASES} | {c.op for c in extension})
+    unknown = sorted(set(ops or ()) - set(known))
+    if unknown:
+        raise UsageError(f"no bench case for {', '.join(unknown)} (cases: {', '.join(known)})")
+    return selected(quick, ops) + [c for c in extension if ops is None or c.op in ops]

@@ -4,9 +4,9 @@ optimization on; inputs and a preallocated output are bound once (IOBinding), so
 call is `run_with_iobinding` alone.
 
 Where ORT has several ways to run an op, the newest standard one is tried first and the
-outcome's note says which ran: Gelu (opset 20, else the com.microsoft contrib op),
-RMSNormalization (opset 23, else SimplifiedLayerNormalization), Attention (opset 23, else
-MatMul + Softmax + MatMul composed)."""
+outcome's note says which ran: Gelu (opset 20, else the com.microsoft contrib op), Swish
+(opset 24, else Sigmoid + Mul), RMSNormalization (opset 23, else SimplifiedLayerNormalization),
+Attention (opset 23, else MatMul + Softmax + MatMul composed)."""
 
 from __future__ import annotations
 
@@ -103,6 +103,18 @@ def _gelu(req: Request, x: Arrays) -> list[Graph]:
     ]
 
 
+def _silu(req: Request, x: Arrays) -> list[Graph]:
+    feeds = {"x": x["x"]}
+    return [
+        Graph([_node("Swish", ["x"])], feeds, opset=24, note="Swish (opset 24)"),
+        Graph(
+            [_node("Sigmoid", ["x"], "s"), _node("Mul", ["x", "s"])],
+            feeds,
+            note="Sigmoid + Mul (no Swish in this ORT)",
+        ),
+    ]
+
+
 def _layer_norm(req: Request, x: Arrays) -> list[Graph]:
     eps = float(req["attrs"].get("eps", 1e-5))
     node = _node("LayerNormalization", ["x", "weight", "bias"], axis=-1, epsilon=eps)
@@ -195,6 +207,7 @@ BUILDERS: dict[str, Callable[[Request, Arrays], list[Graph]]] = {
     "exp": _same("Exp", ("x",)),
     "sigmoid": _same("Sigmoid", ("x",)),
     "tanh": _same("Tanh", ("x",)),
+    "silu": _silu,
     "gelu": _gelu,
     "sum": _reduce("ReduceSum"),
     "mean": _reduce("ReduceMean"),

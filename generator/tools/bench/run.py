@@ -1,18 +1,20 @@
-"""`clforge bench [--quick] [--json] [--out DIR]`: every part of the bench in one run, the text
-printed (or the JSON with --json) and both written to DIR with the chart."""
+"""`clforge bench [--quick] [--json] [--out DIR] [--ops OP,...]`: every part of the bench in one
+run (the throughput of the cases of some ops only, with --ops), the text printed (or the JSON
+with --json) and both written to DIR with the chart."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from generator.call.dispatcher import dispatcher
 from generator.core.tree import DEFAULT
-from generator.tools.bench.cases import extension_cases, selected
+from generator.tools.bench.cases import run_cases
 from generator.tools.bench.chart import write_chart
 from generator.tools.bench.clforge_side import GenericPace, copy_bandwidth, requests, time_case
 from generator.tools.bench.overhead import bench_first_call, bench_overhead
@@ -53,11 +55,16 @@ def commit(root: Path) -> str:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
 
 
-def run_bench(as_json: bool = False, quick: bool = False, out_dir: Path | None = None) -> int:
+def run_bench(
+    as_json: bool = False,
+    quick: bool = False,
+    out_dir: Path | None = None,
+    ops: Sequence[str] | None = None,
+) -> int:
     s = QUICK if quick else FULL
     out_dir = out_dir or DEFAULT.root / "bench-results"
     d = dispatcher()
-    cases = selected(quick) + [c.at(quick) for c in extension_cases(d.registry)]
+    cases = run_cases(d.registry, quick, ops)
     reqs = requests(d.registry, cases)
     progress(f"copy bandwidth ({s.copy_bytes // 2**20} MiB)")
     bw = copy_bandwidth(d.runtime.queue, s.timing, s.copy_bytes)
