@@ -52,3 +52,38 @@ def test_a_broken_reference_module_is_reported_not_raised(tmp_path: Path) -> Non
     problem = locate.problem("broken_refs_mod:f", (tmp_path,))
     assert problem is not None and "RuntimeError: boom" in problem
     sys.path.remove(str(tmp_path))
+
+
+def test_the_mask_domain_masks_keys_and_a_whole_row() -> None:
+    f32 = np.dtype(np.float32)
+    m = references.make_input(np.random.default_rng(0), (2, 5, 40), f32, "attn_mask")
+    assert np.isneginf(m[:, -1]).all()  # the last query sees no key
+    assert np.isneginf(m[:, :-1]).any() and np.isfinite(m[:, :-1]).any()
+    one = references.make_input(np.random.default_rng(0), (1, 1, 1, 1), f32, "attn_mask")
+    assert np.isfinite(one).all()  # a one-element mask (no mask) masks nothing
+
+
+def test_the_attention_reference_is_pytorchs_formula_element_by_element() -> None:
+    """The reference against loops over PyTorch's math: grouped heads (query head h reads kv
+    head h // (H / HK)), scale, soft-cap, additive mask, causal, zeros for a row with no key."""
+    rng = np.random.default_rng(3)
+    b, h, hk, sq, sk, d, dv = 1, 4, 2, 5, 6, 3, 2
+    q, k = rng.standard_normal((b, h, sq, d)), rng.standard_normal((b, hk, sk, d))
+    v, mask = rng.standard_normal((b, hk, sk, dv)), rng.standard_normal((1, h, sq, sk))
+    mask[0, 1, 2, :] = -np.inf
+    attrs = {"scale": 0.7, "softcap": 1.5, "causal": 1}
+    ref = "generator.references.conv:attention"
+    op = OpSig("attention", "", (), (), (), (), ("f64",), "", reference=ref)
+    got = references.expected(op, {"q": q, "k": k, "v": v, "mask": mask}, attrs)["o"]
+    want = np.zeros((b, h, sq, dv))
+    for hh in range(h):
+        kv = hh // (h // hk)
+        for i in range(sq):
+            s = [1.5 * np.tanh(0.7 * q[0, hh, i] @ k[0, kv, j] / 1.5) + mask[0, hh, i, j]
+                 for j in range(i + 1)]
+            if np.isneginf(s).all():
+                continue
+            p = np.exp(np.array(s) - max(s))
+            want[0, hh, i] = (p / p.sum()) @ v[0, kv, : i + 1]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert not got[0, 1, 2].any()

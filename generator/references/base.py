@@ -28,7 +28,9 @@ class Reference:
     # per input: "normal" (standard normal), "nonzero" (|v| in [0.5, 2]), "positive",
     # "small" (|v| <= 3, for pow), "index" (non-negative ints), "cast" (values that probe
     # conversions: halfway cases, beyond the i32 and f16 ranges, NaN, infinities, any i32),
-    # "mask" (-1, 0 or 1: a condition), "index_of:DIM" (indices into an axis of size DIM:
+    # "mask" (-1, 0 or 1: a condition), "attn_mask" (an additive attention mask: normal values,
+    # a quarter -inf along the last axis, the last row all -inf), "index_of:DIM" (indices into
+    # an axis of size DIM:
     # [0, DIM); "index_of:DIM:signed": [-DIM, DIM)), which `domain_of` resolves with the
     # case's sizes into "below:N" / "below:N:signed" for make_input
     domains: Mapping[str, str] = field(default_factory=dict)
@@ -63,6 +65,11 @@ def make_input(
         v = 0.1 + np.abs(v)
     elif domain == "small":
         v = np.clip(v, -3, 3)
+    elif domain == "attn_mask" and v.ndim >= 2:
+        if shape[-1] > 1:
+            v[rng.random(shape) < 0.25] = -np.inf  # keys masked out
+        if shape[-2] > 1:
+            v[..., -1, :] = -np.inf  # a query that sees no key: its output row is zeros
     return v.astype(dtype)
 
 
