@@ -17,8 +17,10 @@ from generator.call.selection import select
 from generator.device.profile import DeviceProfile
 from generator.device.profile_files import find_profile
 from generator.errors import CallError
+from generator.params.space import as_params
 from generator.references import expected
 from generator.registry import loader as registry_mod
+from generator.tune.verify import verify
 
 REG = registry_mod.default()
 ATTENTION = REG.op("attention")
@@ -165,6 +167,22 @@ def test_f16_and_f64(dtype) -> None:
     _close(got, _want(q, k, v, mask, causal=True, softcap=5.0), dtype)
     additive = np.where(mask, 0, -np.inf).astype(dtype)
     _close(ops.attention(q, k, v, additive, enable_gqa=True), _want(q, k, v, additive), dtype)
+
+
+@pytest.mark.parametrize(
+    ("instance", "params"),
+    [
+        ("attention__cpu_flash__f32", {"MR": 4, "NR": 48, "VW": 16, "OV": 2}),
+        ("attention__cpu_flash__f32", {"MR": 8, "NR": 32, "VW": 8, "OV": 2}),
+        ("attention__cpu_flash64__f64", {"MR": 4, "NR": 24, "VW": 4, "OV": 2}),
+    ],
+)
+def test_the_flash_routine_is_right_with_other_blocks(runtime, instance, params) -> None:
+    """The tuner's candidates are verified before they are timed; this checks a few block
+    shapes other than the defaults on every case of the reference (canary-padded)."""
+    verdict = verify(runtime, REG.instance(instance), as_params(params))
+    assert verdict.ok, str(verdict)
+    assert verdict.ran >= 10
 
 
 def _q(*shape):

@@ -9,6 +9,7 @@ typedef double8 ACC8_;
 typedef double VU_ __attribute__((ext_vector_type(8), aligned(sizeof(double))));
 #define NP_ ((SK + 15) / 16)
 #define DVP_ ((DV + 31) / 32 * 32)
+#define VIN_ (DV % 32 == 0)  /* rows of v are whole chunks: read in place, not packed */
 inline double8 vexp_(const double8 x) {
     const double8 c_ = x < (double8)-707.0 ? (double8)-707.0 : (x > (double8)709.0 ? (double8)709.0 : x);
     const double8 r_ = c_ * (double8)1.4426950408889634 + (double8)6755399441055744.0;
@@ -97,10 +98,21 @@ __kernel void attention__cpu_flash64__f64__pack_kv(
     const int nr_ = min(16, SK - j0_);
     __global const T_* k_ = k + ((size_t)kvh_ * SK + j0_) * D;
     __global T_* kp_ = kp + ((size_t)kvh_ * NP_ + p_) * 16 * D;
-    for (int d_ = 0; d_ < D; ++d_) {
+    if (nr_ == 16) {
         for (int jj_ = 0; jj_ < 16; ++jj_) {
-            kp_[(size_t)d_ * 16 + jj_] = jj_ < nr_ ? k_[(size_t)jj_ * D + d_] : (T_)0;
+            for (int d_ = 0; d_ < D; ++d_) {
+                kp_[(size_t)d_ * 16 + jj_] = k_[(size_t)jj_ * D + d_];
+            }
         }
+    } else {
+        for (int jj_ = 0; jj_ < 16; ++jj_) {
+            for (int d_ = 0; d_ < D; ++d_) {
+                kp_[(size_t)d_ * 16 + jj_] = jj_ < nr_ ? k_[(size_t)jj_ * D + d_] : (T_)0;
+            }
+        }
+    }
+    if (VIN_) {
+        return;  /* the compute kernel reads v in place */
     }
     __global const T_* v_ = v + ((size_t)kvh_ * SK + j0_) * DV;
     __global T_* vp_ = vp + ((size_t)kvh_ * NP_ * 16 + j0_) * DVP_;
@@ -116,6 +128,7 @@ __kernel void attention__cpu_flash64__f64__compute(
     __global const double* restrict q,
     __global const double* restrict kp,
     __global const double* restrict vp,
+    __global const double* restrict v,
     __global const double* restrict mask,
     __global double* restrict o,
     __global double* restrict acc,
@@ -143,7 +156,7 @@ __kernel void attention__cpu_flash64__f64__compute(
 
     const int rows_ = min(6, SQ - i0_);
     __global const T_* kp_ = kp + (size_t)kvh_ * NP_ * 16 * D;
-    __global const T_* vp_ = vp + (size_t)kvh_ * NP_ * 16 * DVP_;
+    __global const T_* vp_ = VIN_ ? v + (size_t)kvh_ * SK * DV : vp + (size_t)kvh_ * NP_ * 16 * DVP_;
     __global T_* acc_ = acc + ((size_t)bh_ * ((SQ + 5) / 6) + get_global_id(0)) * 6 * DVP_;
     for (int c_ = 0; c_ < 6 * DVP_; c_ += 8) {
         *(__global double8*)(acc_ + c_) = 0;
@@ -153,37 +166,37 @@ __kernel void attention__cpu_flash64__f64__compute(
     const size_t mo0_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi0_) * mask_s2);
     const int lim0_ = causal ? min(qi0_ + 1, SK) : SK;
     ACC_ m0_ = -INFINITY;
-    ACC_ l0_ = 0;
+    double8 l0_ = 0;  /* the running sum, lane by lane */
     const int qi1_ = i0_ + min(1, rows_ - 1);
     __global const T_* q1_ = q + ((size_t)bh_ * SQ + qi1_) * D;
     const size_t mo1_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi1_) * mask_s2);
     const int lim1_ = causal ? min(qi1_ + 1, SK) : SK;
     ACC_ m1_ = -INFINITY;
-    ACC_ l1_ = 0;
+    double8 l1_ = 0;  /* the running sum, lane by lane */
     const int qi2_ = i0_ + min(2, rows_ - 1);
     __global const T_* q2_ = q + ((size_t)bh_ * SQ + qi2_) * D;
     const size_t mo2_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi2_) * mask_s2);
     const int lim2_ = causal ? min(qi2_ + 1, SK) : SK;
     ACC_ m2_ = -INFINITY;
-    ACC_ l2_ = 0;
+    double8 l2_ = 0;  /* the running sum, lane by lane */
     const int qi3_ = i0_ + min(3, rows_ - 1);
     __global const T_* q3_ = q + ((size_t)bh_ * SQ + qi3_) * D;
     const size_t mo3_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi3_) * mask_s2);
     const int lim3_ = causal ? min(qi3_ + 1, SK) : SK;
     ACC_ m3_ = -INFINITY;
-    ACC_ l3_ = 0;
+    double8 l3_ = 0;  /* the running sum, lane by lane */
     const int qi4_ = i0_ + min(4, rows_ - 1);
     __global const T_* q4_ = q + ((size_t)bh_ * SQ + qi4_) * D;
     const size_t mo4_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi4_) * mask_s2);
     const int lim4_ = causal ? min(qi4_ + 1, SK) : SK;
     ACC_ m4_ = -INFINITY;
-    ACC_ l4_ = 0;
+    double8 l4_ = 0;  /* the running sum, lane by lane */
     const int qi5_ = i0_ + min(5, rows_ - 1);
     __global const T_* q5_ = q + ((size_t)bh_ * SQ + qi5_) * D;
     const size_t mo5_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi5_) * mask_s2);
     const int lim5_ = causal ? min(qi5_ + 1, SK) : SK;
     ACC_ m5_ = -INFINITY;
-    ACC_ l5_ = 0;
+    double8 l5_ = 0;  /* the running sum, lane by lane */
     const int nk_ = causal ? min(i0_ + rows_, SK) : SK;
     const int ms3_ = mask_s3;
     const long8 iota_ = (long8)(0, 1, 2, 3, 4, 5, 6, 7);
@@ -260,12 +273,11 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a0_ = sexp_(m0_ - mu_);
             m0_ = mn_;
-            double8 sum_ = 0;
+            l0_ *= a0_;
             pv_[0] = vexp_(s0_0_ - mu_);
-            sum_ += pv_[0];
+            l0_ += pv_[0];
             pv_[1] = vexp_(s0_1_ - mu_);
-            sum_ += pv_[1];
-            l0_ = l0_ * a0_ + hsum_(sum_);
+            l0_ += pv_[1];
         }
         ACC_ a1_;
         {
@@ -301,12 +313,11 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a1_ = sexp_(m1_ - mu_);
             m1_ = mn_;
-            double8 sum_ = 0;
+            l1_ *= a1_;
             pv_[2] = vexp_(s1_0_ - mu_);
-            sum_ += pv_[2];
+            l1_ += pv_[2];
             pv_[3] = vexp_(s1_1_ - mu_);
-            sum_ += pv_[3];
-            l1_ = l1_ * a1_ + hsum_(sum_);
+            l1_ += pv_[3];
         }
         ACC_ a2_;
         {
@@ -342,12 +353,11 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a2_ = sexp_(m2_ - mu_);
             m2_ = mn_;
-            double8 sum_ = 0;
+            l2_ *= a2_;
             pv_[4] = vexp_(s2_0_ - mu_);
-            sum_ += pv_[4];
+            l2_ += pv_[4];
             pv_[5] = vexp_(s2_1_ - mu_);
-            sum_ += pv_[5];
-            l2_ = l2_ * a2_ + hsum_(sum_);
+            l2_ += pv_[5];
         }
         ACC_ a3_;
         {
@@ -383,12 +393,11 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a3_ = sexp_(m3_ - mu_);
             m3_ = mn_;
-            double8 sum_ = 0;
+            l3_ *= a3_;
             pv_[6] = vexp_(s3_0_ - mu_);
-            sum_ += pv_[6];
+            l3_ += pv_[6];
             pv_[7] = vexp_(s3_1_ - mu_);
-            sum_ += pv_[7];
-            l3_ = l3_ * a3_ + hsum_(sum_);
+            l3_ += pv_[7];
         }
         ACC_ a4_;
         {
@@ -424,12 +433,11 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a4_ = sexp_(m4_ - mu_);
             m4_ = mn_;
-            double8 sum_ = 0;
+            l4_ *= a4_;
             pv_[8] = vexp_(s4_0_ - mu_);
-            sum_ += pv_[8];
+            l4_ += pv_[8];
             pv_[9] = vexp_(s4_1_ - mu_);
-            sum_ += pv_[9];
-            l4_ = l4_ * a4_ + hsum_(sum_);
+            l4_ += pv_[9];
         }
         ACC_ a5_;
         {
@@ -465,14 +473,13 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a5_ = sexp_(m5_ - mu_);
             m5_ = mn_;
-            double8 sum_ = 0;
+            l5_ *= a5_;
             pv_[10] = vexp_(s5_0_ - mu_);
-            sum_ += pv_[10];
+            l5_ += pv_[10];
             pv_[11] = vexp_(s5_1_ - mu_);
-            sum_ += pv_[11];
-            l5_ = l5_ * a5_ + hsum_(sum_);
+            l5_ += pv_[11];
         }
-        const int nj_ = min(16, nk_ - j0_);  /* keys past it have probability 0 in every row */
+        const int nj_ = nk_ - j0_ < 16 ? nk_ - j0_ : 16;  /* keys past it: probability 0 */
         __global const T_* vb_ = vp_ + (size_t)j0_ * DVP_;
         for (int c0_ = 0; c0_ < DVP_; c0_ += 32) {
             double8 o0_0_ = *(__global double8*)(acc_ + 0 * DVP_ + c0_ + 0) * a0_;
@@ -500,10 +507,10 @@ __kernel void attention__cpu_flash64__f64__compute(
             double8 o5_2_ = *(__global double8*)(acc_ + 5 * DVP_ + c0_ + 16) * a5_;
             double8 o5_3_ = *(__global double8*)(acc_ + 5 * DVP_ + c0_ + 24) * a5_;
             for (int jj_ = 0; jj_ < nj_; ++jj_) {
-                const double8 w0_ = *(__global const double8*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 0);
-                const double8 w1_ = *(__global const double8*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 8);
-                const double8 w2_ = *(__global const double8*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 16);
-                const double8 w3_ = *(__global const double8*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 24);
+                const double8 w0_ = *(__global const VU_*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 0);
+                const double8 w1_ = *(__global const VU_*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 8);
+                const double8 w2_ = *(__global const VU_*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 16);
+                const double8 w3_ = *(__global const VU_*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 24);
                 const ACC_ p0_ = ps_[0 + jj_];
                 o0_0_ += p0_ * w0_;
                 o0_1_ += p0_ * w1_;
@@ -562,7 +569,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
     }
     if (0 < rows_) {
-        const ACC_ inv_ = l0_ > 0 ? (ACC_)1 / l0_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l0_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 0) * DV;
         __global const T_* arow_ = acc_ + 0 * DVP_;
         int c_ = 0;
@@ -574,7 +582,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
     }
     if (1 < rows_) {
-        const ACC_ inv_ = l1_ > 0 ? (ACC_)1 / l1_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l1_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 1) * DV;
         __global const T_* arow_ = acc_ + 1 * DVP_;
         int c_ = 0;
@@ -586,7 +595,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
     }
     if (2 < rows_) {
-        const ACC_ inv_ = l2_ > 0 ? (ACC_)1 / l2_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l2_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 2) * DV;
         __global const T_* arow_ = acc_ + 2 * DVP_;
         int c_ = 0;
@@ -598,7 +608,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
     }
     if (3 < rows_) {
-        const ACC_ inv_ = l3_ > 0 ? (ACC_)1 / l3_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l3_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 3) * DV;
         __global const T_* arow_ = acc_ + 3 * DVP_;
         int c_ = 0;
@@ -610,7 +621,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
     }
     if (4 < rows_) {
-        const ACC_ inv_ = l4_ > 0 ? (ACC_)1 / l4_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l4_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 4) * DV;
         __global const T_* arow_ = acc_ + 4 * DVP_;
         int c_ = 0;
@@ -622,7 +634,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
     }
     if (5 < rows_) {
-        const ACC_ inv_ = l5_ > 0 ? (ACC_)1 / l5_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l5_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 5) * DV;
         __global const T_* arow_ = acc_ + 5 * DVP_;
         int c_ = 0;

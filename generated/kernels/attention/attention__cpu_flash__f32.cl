@@ -6,8 +6,9 @@ typedef float8 ACC8_;
 
 /* a vector of VW elements at an address aligned only to its element (mask and output rows) */
 typedef float VU_ __attribute__((ext_vector_type(16), aligned(sizeof(float))));
-#define NP_ ((SK + 31) / 32)
+#define NP_ ((SK + 63) / 64)
 #define DVP_ ((DV + 63) / 64 * 64)
+#define VIN_ (DV % 64 == 0)  /* rows of v are whole chunks: read in place, not packed */
 inline float16 vexp_(const float16 x) {
     const float16 c_ = x < (float16)-86.0f ? (float16)-86.0f : (x > (float16)88.0f ? (float16)88.0f : x);
     const float16 r_ = c_ * (float16)1.4426950408889634f + (float16)12582912.0f;
@@ -84,18 +85,29 @@ __kernel void attention__cpu_flash__f32__pack_kv(
 {
     const int p_ = get_global_id(0);
     const int kvh_ = get_global_id(1);
-    const int j0_ = p_ * 32;
-    const int nr_ = min(32, SK - j0_);
+    const int j0_ = p_ * 64;
+    const int nr_ = min(64, SK - j0_);
     __global const T_* k_ = k + ((size_t)kvh_ * SK + j0_) * D;
-    __global T_* kp_ = kp + ((size_t)kvh_ * NP_ + p_) * 32 * D;
-    for (int d_ = 0; d_ < D; ++d_) {
-        for (int jj_ = 0; jj_ < 32; ++jj_) {
-            kp_[(size_t)d_ * 32 + jj_] = jj_ < nr_ ? k_[(size_t)jj_ * D + d_] : (T_)0;
+    __global T_* kp_ = kp + ((size_t)kvh_ * NP_ + p_) * 64 * D;
+    if (nr_ == 64) {
+        for (int jj_ = 0; jj_ < 64; ++jj_) {
+            for (int d_ = 0; d_ < D; ++d_) {
+                kp_[(size_t)d_ * 64 + jj_] = k_[(size_t)jj_ * D + d_];
+            }
+        }
+    } else {
+        for (int jj_ = 0; jj_ < 64; ++jj_) {
+            for (int d_ = 0; d_ < D; ++d_) {
+                kp_[(size_t)d_ * 64 + jj_] = jj_ < nr_ ? k_[(size_t)jj_ * D + d_] : (T_)0;
+            }
         }
     }
+    if (VIN_) {
+        return;  /* the compute kernel reads v in place */
+    }
     __global const T_* v_ = v + ((size_t)kvh_ * SK + j0_) * DV;
-    __global T_* vp_ = vp + ((size_t)kvh_ * NP_ * 32 + j0_) * DVP_;
-    for (int jj_ = 0; jj_ < 32; ++jj_) {
+    __global T_* vp_ = vp + ((size_t)kvh_ * NP_ * 64 + j0_) * DVP_;
+    for (int jj_ = 0; jj_ < 64; ++jj_) {
         for (int c_ = 0; c_ < DVP_; ++c_) {
             vp_[(size_t)jj_ * DVP_ + c_] = jj_ < nr_ && c_ < DV ? v_[(size_t)jj_ * DV + c_] : (T_)0;
         }
@@ -107,6 +119,7 @@ __kernel void attention__cpu_flash__f32__compute(
     __global const float* restrict q,
     __global const float* restrict kp,
     __global const float* restrict vp,
+    __global const float* restrict v,
     __global const float* restrict mask,
     __global float* restrict o,
     __global float* restrict acc,
@@ -133,8 +146,8 @@ __kernel void attention__cpu_flash__f32__compute(
     const int kvh_ = b_ * HK + h_ / (H / HK);
 
     const int rows_ = min(6, SQ - i0_);
-    __global const T_* kp_ = kp + (size_t)kvh_ * NP_ * 32 * D;
-    __global const T_* vp_ = vp + (size_t)kvh_ * NP_ * 32 * DVP_;
+    __global const T_* kp_ = kp + (size_t)kvh_ * NP_ * 64 * D;
+    __global const T_* vp_ = VIN_ ? v + (size_t)kvh_ * SK * DV : vp + (size_t)kvh_ * NP_ * 64 * DVP_;
     __global T_* acc_ = acc + ((size_t)bh_ * ((SQ + 5) / 6) + get_global_id(0)) * 6 * DVP_;
     for (int c_ = 0; c_ < 6 * DVP_; c_ += 16) {
         *(__global float16*)(acc_ + c_) = 0;
@@ -144,326 +157,454 @@ __kernel void attention__cpu_flash__f32__compute(
     const size_t mo0_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi0_) * mask_s2);
     const int lim0_ = causal ? min(qi0_ + 1, SK) : SK;
     ACC_ m0_ = -INFINITY;
-    ACC_ l0_ = 0;
+    float16 l0_ = 0;  /* the running sum, lane by lane */
     const int qi1_ = i0_ + min(1, rows_ - 1);
     __global const T_* q1_ = q + ((size_t)bh_ * SQ + qi1_) * D;
     const size_t mo1_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi1_) * mask_s2);
     const int lim1_ = causal ? min(qi1_ + 1, SK) : SK;
     ACC_ m1_ = -INFINITY;
-    ACC_ l1_ = 0;
+    float16 l1_ = 0;  /* the running sum, lane by lane */
     const int qi2_ = i0_ + min(2, rows_ - 1);
     __global const T_* q2_ = q + ((size_t)bh_ * SQ + qi2_) * D;
     const size_t mo2_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi2_) * mask_s2);
     const int lim2_ = causal ? min(qi2_ + 1, SK) : SK;
     ACC_ m2_ = -INFINITY;
-    ACC_ l2_ = 0;
+    float16 l2_ = 0;  /* the running sum, lane by lane */
     const int qi3_ = i0_ + min(3, rows_ - 1);
     __global const T_* q3_ = q + ((size_t)bh_ * SQ + qi3_) * D;
     const size_t mo3_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi3_) * mask_s2);
     const int lim3_ = causal ? min(qi3_ + 1, SK) : SK;
     ACC_ m3_ = -INFINITY;
-    ACC_ l3_ = 0;
+    float16 l3_ = 0;  /* the running sum, lane by lane */
     const int qi4_ = i0_ + min(4, rows_ - 1);
     __global const T_* q4_ = q + ((size_t)bh_ * SQ + qi4_) * D;
     const size_t mo4_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi4_) * mask_s2);
     const int lim4_ = causal ? min(qi4_ + 1, SK) : SK;
     ACC_ m4_ = -INFINITY;
-    ACC_ l4_ = 0;
+    float16 l4_ = 0;  /* the running sum, lane by lane */
     const int qi5_ = i0_ + min(5, rows_ - 1);
     __global const T_* q5_ = q + ((size_t)bh_ * SQ + qi5_) * D;
     const size_t mo5_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi5_) * mask_s2);
     const int lim5_ = causal ? min(qi5_ + 1, SK) : SK;
     ACC_ m5_ = -INFINITY;
-    ACC_ l5_ = 0;
+    float16 l5_ = 0;  /* the running sum, lane by lane */
     const int nk_ = causal ? min(i0_ + rows_, SK) : SK;
     const int ms3_ = mask_s3;
     const int16 iota_ = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    float16 pv_[12];  /* the block's probabilities, row by row, read back by lane */
-    float16 mv_[2];  /* a mask row gathered element by element */
+    float16 pv_[24];  /* the block's probabilities, row by row, read back by lane */
+    float16 mv_[4];  /* a mask row gathered element by element */
     const ACC_* ps_ = (const ACC_*)pv_;
-    for (int j0_ = 0; j0_ < nk_; j0_ += 32) {
+    for (int j0_ = 0; j0_ < nk_; j0_ += 64) {
         __global const T_* kb_ = kp_ + (size_t)j0_ * D;
         float16 s0_0_ = 0;
         float16 s0_1_ = 0;
+        float16 s0_2_ = 0;
+        float16 s0_3_ = 0;
         float16 s1_0_ = 0;
         float16 s1_1_ = 0;
+        float16 s1_2_ = 0;
+        float16 s1_3_ = 0;
         float16 s2_0_ = 0;
         float16 s2_1_ = 0;
+        float16 s2_2_ = 0;
+        float16 s2_3_ = 0;
         float16 s3_0_ = 0;
         float16 s3_1_ = 0;
+        float16 s3_2_ = 0;
+        float16 s3_3_ = 0;
         float16 s4_0_ = 0;
         float16 s4_1_ = 0;
+        float16 s4_2_ = 0;
+        float16 s4_3_ = 0;
         float16 s5_0_ = 0;
         float16 s5_1_ = 0;
+        float16 s5_2_ = 0;
+        float16 s5_3_ = 0;
         for (int d_ = 0; d_ < D; ++d_) {
-            const float16 k0_ = *(__global const float16*)(kb_ + (size_t)d_ * 32 + 0);
-            const float16 k1_ = *(__global const float16*)(kb_ + (size_t)d_ * 32 + 16);
+            const float16 k0_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 0);
+            const float16 k1_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 16);
+            const float16 k2_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 32);
+            const float16 k3_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 48);
             const ACC_ q0d_ = q0_[d_];
             s0_0_ += q0d_ * k0_;
             s0_1_ += q0d_ * k1_;
+            s0_2_ += q0d_ * k2_;
+            s0_3_ += q0d_ * k3_;
             const ACC_ q1d_ = q1_[d_];
             s1_0_ += q1d_ * k0_;
             s1_1_ += q1d_ * k1_;
+            s1_2_ += q1d_ * k2_;
+            s1_3_ += q1d_ * k3_;
             const ACC_ q2d_ = q2_[d_];
             s2_0_ += q2d_ * k0_;
             s2_1_ += q2d_ * k1_;
+            s2_2_ += q2d_ * k2_;
+            s2_3_ += q2d_ * k3_;
             const ACC_ q3d_ = q3_[d_];
             s3_0_ += q3d_ * k0_;
             s3_1_ += q3d_ * k1_;
+            s3_2_ += q3d_ * k2_;
+            s3_3_ += q3d_ * k3_;
             const ACC_ q4d_ = q4_[d_];
             s4_0_ += q4d_ * k0_;
             s4_1_ += q4d_ * k1_;
+            s4_2_ += q4d_ * k2_;
+            s4_3_ += q4d_ * k3_;
             const ACC_ q5d_ = q5_[d_];
             s5_0_ += q5d_ * k0_;
             s5_1_ += q5d_ * k1_;
+            s5_2_ += q5d_ * k2_;
+            s5_3_ += q5d_ * k3_;
         }
         ACC_ a0_;
         {
             s0_0_ *= scale;
             s0_1_ *= scale;
+            s0_2_ *= scale;
+            s0_3_ *= scale;
             if (softcap > 0) {
                 s0_0_ = softcap * tanh(s0_0_ / softcap);
                 s0_1_ = softcap * tanh(s0_1_ / softcap);
+                s0_2_ = softcap * tanh(s0_2_ / softcap);
+                s0_3_ = softcap * tanh(s0_3_ / softcap);
             }
             if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo0_];
                 s0_0_ += mk_;
                 s0_1_ += mk_;
-            } else if (ms3_ == 1 && j0_ + 32 <= SK) {
+                s0_2_ += mk_;
+                s0_3_ += mk_;
+            } else if (ms3_ == 1 && j0_ + 64 <= SK) {
                 s0_0_ += *(__global const VU_*)(mask + mo0_ + j0_ + 0);
                 s0_1_ += *(__global const VU_*)(mask + mo0_ + j0_ + 16);
+                s0_2_ += *(__global const VU_*)(mask + mo0_ + j0_ + 32);
+                s0_3_ += *(__global const VU_*)(mask + mo0_ + j0_ + 48);
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
-                for (int jj_ = 0; jj_ < 32; ++jj_) {
+                for (int jj_ = 0; jj_ < 64; ++jj_) {
                     mrow_[jj_] = j0_ + jj_ < SK ? mask[mo0_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
                 }
                 s0_0_ += mv_[0];
                 s0_1_ += mv_[1];
+                s0_2_ += mv_[2];
+                s0_3_ += mv_[3];
             }
-            if (j0_ + 32 > lim0_) {
+            if (j0_ + 64 > lim0_) {
                 s0_0_ = iota_ + (int16)(j0_ + 0) < (int16)lim0_ ? s0_0_ : (float16)(-INFINITY);
                 s0_1_ = iota_ + (int16)(j0_ + 16) < (int16)lim0_ ? s0_1_ : (float16)(-INFINITY);
+                s0_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim0_ ? s0_2_ : (float16)(-INFINITY);
+                s0_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim0_ ? s0_3_ : (float16)(-INFINITY);
             }
             float16 mx_ = s0_0_;
             mx_ = s0_1_ > mx_ ? s0_1_ : mx_;
+            mx_ = s0_2_ > mx_ ? s0_2_ : mx_;
+            mx_ = s0_3_ > mx_ ? s0_3_ : mx_;
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m0_ ? bm_ : m0_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a0_ = sexp_(m0_ - mu_);
             m0_ = mn_;
-            float16 sum_ = 0;
+            l0_ *= a0_;
             pv_[0] = vexp_(s0_0_ - mu_);
-            sum_ += pv_[0];
+            l0_ += pv_[0];
             pv_[1] = vexp_(s0_1_ - mu_);
-            sum_ += pv_[1];
-            l0_ = l0_ * a0_ + hsum_(sum_);
+            l0_ += pv_[1];
+            pv_[2] = vexp_(s0_2_ - mu_);
+            l0_ += pv_[2];
+            pv_[3] = vexp_(s0_3_ - mu_);
+            l0_ += pv_[3];
         }
         ACC_ a1_;
         {
             s1_0_ *= scale;
             s1_1_ *= scale;
+            s1_2_ *= scale;
+            s1_3_ *= scale;
             if (softcap > 0) {
                 s1_0_ = softcap * tanh(s1_0_ / softcap);
                 s1_1_ = softcap * tanh(s1_1_ / softcap);
+                s1_2_ = softcap * tanh(s1_2_ / softcap);
+                s1_3_ = softcap * tanh(s1_3_ / softcap);
             }
             if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo1_];
                 s1_0_ += mk_;
                 s1_1_ += mk_;
-            } else if (ms3_ == 1 && j0_ + 32 <= SK) {
+                s1_2_ += mk_;
+                s1_3_ += mk_;
+            } else if (ms3_ == 1 && j0_ + 64 <= SK) {
                 s1_0_ += *(__global const VU_*)(mask + mo1_ + j0_ + 0);
                 s1_1_ += *(__global const VU_*)(mask + mo1_ + j0_ + 16);
+                s1_2_ += *(__global const VU_*)(mask + mo1_ + j0_ + 32);
+                s1_3_ += *(__global const VU_*)(mask + mo1_ + j0_ + 48);
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
-                for (int jj_ = 0; jj_ < 32; ++jj_) {
+                for (int jj_ = 0; jj_ < 64; ++jj_) {
                     mrow_[jj_] = j0_ + jj_ < SK ? mask[mo1_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
                 }
                 s1_0_ += mv_[0];
                 s1_1_ += mv_[1];
+                s1_2_ += mv_[2];
+                s1_3_ += mv_[3];
             }
-            if (j0_ + 32 > lim1_) {
+            if (j0_ + 64 > lim1_) {
                 s1_0_ = iota_ + (int16)(j0_ + 0) < (int16)lim1_ ? s1_0_ : (float16)(-INFINITY);
                 s1_1_ = iota_ + (int16)(j0_ + 16) < (int16)lim1_ ? s1_1_ : (float16)(-INFINITY);
+                s1_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim1_ ? s1_2_ : (float16)(-INFINITY);
+                s1_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim1_ ? s1_3_ : (float16)(-INFINITY);
             }
             float16 mx_ = s1_0_;
             mx_ = s1_1_ > mx_ ? s1_1_ : mx_;
+            mx_ = s1_2_ > mx_ ? s1_2_ : mx_;
+            mx_ = s1_3_ > mx_ ? s1_3_ : mx_;
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m1_ ? bm_ : m1_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a1_ = sexp_(m1_ - mu_);
             m1_ = mn_;
-            float16 sum_ = 0;
-            pv_[2] = vexp_(s1_0_ - mu_);
-            sum_ += pv_[2];
-            pv_[3] = vexp_(s1_1_ - mu_);
-            sum_ += pv_[3];
-            l1_ = l1_ * a1_ + hsum_(sum_);
+            l1_ *= a1_;
+            pv_[4] = vexp_(s1_0_ - mu_);
+            l1_ += pv_[4];
+            pv_[5] = vexp_(s1_1_ - mu_);
+            l1_ += pv_[5];
+            pv_[6] = vexp_(s1_2_ - mu_);
+            l1_ += pv_[6];
+            pv_[7] = vexp_(s1_3_ - mu_);
+            l1_ += pv_[7];
         }
         ACC_ a2_;
         {
             s2_0_ *= scale;
             s2_1_ *= scale;
+            s2_2_ *= scale;
+            s2_3_ *= scale;
             if (softcap > 0) {
                 s2_0_ = softcap * tanh(s2_0_ / softcap);
                 s2_1_ = softcap * tanh(s2_1_ / softcap);
+                s2_2_ = softcap * tanh(s2_2_ / softcap);
+                s2_3_ = softcap * tanh(s2_3_ / softcap);
             }
             if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo2_];
                 s2_0_ += mk_;
                 s2_1_ += mk_;
-            } else if (ms3_ == 1 && j0_ + 32 <= SK) {
+                s2_2_ += mk_;
+                s2_3_ += mk_;
+            } else if (ms3_ == 1 && j0_ + 64 <= SK) {
                 s2_0_ += *(__global const VU_*)(mask + mo2_ + j0_ + 0);
                 s2_1_ += *(__global const VU_*)(mask + mo2_ + j0_ + 16);
+                s2_2_ += *(__global const VU_*)(mask + mo2_ + j0_ + 32);
+                s2_3_ += *(__global const VU_*)(mask + mo2_ + j0_ + 48);
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
-                for (int jj_ = 0; jj_ < 32; ++jj_) {
+                for (int jj_ = 0; jj_ < 64; ++jj_) {
                     mrow_[jj_] = j0_ + jj_ < SK ? mask[mo2_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
                 }
                 s2_0_ += mv_[0];
                 s2_1_ += mv_[1];
+                s2_2_ += mv_[2];
+                s2_3_ += mv_[3];
             }
-            if (j0_ + 32 > lim2_) {
+            if (j0_ + 64 > lim2_) {
                 s2_0_ = iota_ + (int16)(j0_ + 0) < (int16)lim2_ ? s2_0_ : (float16)(-INFINITY);
                 s2_1_ = iota_ + (int16)(j0_ + 16) < (int16)lim2_ ? s2_1_ : (float16)(-INFINITY);
+                s2_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim2_ ? s2_2_ : (float16)(-INFINITY);
+                s2_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim2_ ? s2_3_ : (float16)(-INFINITY);
             }
             float16 mx_ = s2_0_;
             mx_ = s2_1_ > mx_ ? s2_1_ : mx_;
+            mx_ = s2_2_ > mx_ ? s2_2_ : mx_;
+            mx_ = s2_3_ > mx_ ? s2_3_ : mx_;
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m2_ ? bm_ : m2_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a2_ = sexp_(m2_ - mu_);
             m2_ = mn_;
-            float16 sum_ = 0;
-            pv_[4] = vexp_(s2_0_ - mu_);
-            sum_ += pv_[4];
-            pv_[5] = vexp_(s2_1_ - mu_);
-            sum_ += pv_[5];
-            l2_ = l2_ * a2_ + hsum_(sum_);
+            l2_ *= a2_;
+            pv_[8] = vexp_(s2_0_ - mu_);
+            l2_ += pv_[8];
+            pv_[9] = vexp_(s2_1_ - mu_);
+            l2_ += pv_[9];
+            pv_[10] = vexp_(s2_2_ - mu_);
+            l2_ += pv_[10];
+            pv_[11] = vexp_(s2_3_ - mu_);
+            l2_ += pv_[11];
         }
         ACC_ a3_;
         {
             s3_0_ *= scale;
             s3_1_ *= scale;
+            s3_2_ *= scale;
+            s3_3_ *= scale;
             if (softcap > 0) {
                 s3_0_ = softcap * tanh(s3_0_ / softcap);
                 s3_1_ = softcap * tanh(s3_1_ / softcap);
+                s3_2_ = softcap * tanh(s3_2_ / softcap);
+                s3_3_ = softcap * tanh(s3_3_ / softcap);
             }
             if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo3_];
                 s3_0_ += mk_;
                 s3_1_ += mk_;
-            } else if (ms3_ == 1 && j0_ + 32 <= SK) {
+                s3_2_ += mk_;
+                s3_3_ += mk_;
+            } else if (ms3_ == 1 && j0_ + 64 <= SK) {
                 s3_0_ += *(__global const VU_*)(mask + mo3_ + j0_ + 0);
                 s3_1_ += *(__global const VU_*)(mask + mo3_ + j0_ + 16);
+                s3_2_ += *(__global const VU_*)(mask + mo3_ + j0_ + 32);
+                s3_3_ += *(__global const VU_*)(mask + mo3_ + j0_ + 48);
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
-                for (int jj_ = 0; jj_ < 32; ++jj_) {
+                for (int jj_ = 0; jj_ < 64; ++jj_) {
                     mrow_[jj_] = j0_ + jj_ < SK ? mask[mo3_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
                 }
                 s3_0_ += mv_[0];
                 s3_1_ += mv_[1];
+                s3_2_ += mv_[2];
+                s3_3_ += mv_[3];
             }
-            if (j0_ + 32 > lim3_) {
+            if (j0_ + 64 > lim3_) {
                 s3_0_ = iota_ + (int16)(j0_ + 0) < (int16)lim3_ ? s3_0_ : (float16)(-INFINITY);
                 s3_1_ = iota_ + (int16)(j0_ + 16) < (int16)lim3_ ? s3_1_ : (float16)(-INFINITY);
+                s3_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim3_ ? s3_2_ : (float16)(-INFINITY);
+                s3_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim3_ ? s3_3_ : (float16)(-INFINITY);
             }
             float16 mx_ = s3_0_;
             mx_ = s3_1_ > mx_ ? s3_1_ : mx_;
+            mx_ = s3_2_ > mx_ ? s3_2_ : mx_;
+            mx_ = s3_3_ > mx_ ? s3_3_ : mx_;
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m3_ ? bm_ : m3_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a3_ = sexp_(m3_ - mu_);
             m3_ = mn_;
-            float16 sum_ = 0;
-            pv_[6] = vexp_(s3_0_ - mu_);
-            sum_ += pv_[6];
-            pv_[7] = vexp_(s3_1_ - mu_);
-            sum_ += pv_[7];
-            l3_ = l3_ * a3_ + hsum_(sum_);
+            l3_ *= a3_;
+            pv_[12] = vexp_(s3_0_ - mu_);
+            l3_ += pv_[12];
+            pv_[13] = vexp_(s3_1_ - mu_);
+            l3_ += pv_[13];
+            pv_[14] = vexp_(s3_2_ - mu_);
+            l3_ += pv_[14];
+            pv_[15] = vexp_(s3_3_ - mu_);
+            l3_ += pv_[15];
         }
         ACC_ a4_;
         {
             s4_0_ *= scale;
             s4_1_ *= scale;
+            s4_2_ *= scale;
+            s4_3_ *= scale;
             if (softcap > 0) {
                 s4_0_ = softcap * tanh(s4_0_ / softcap);
                 s4_1_ = softcap * tanh(s4_1_ / softcap);
+                s4_2_ = softcap * tanh(s4_2_ / softcap);
+                s4_3_ = softcap * tanh(s4_3_ / softcap);
             }
             if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo4_];
                 s4_0_ += mk_;
                 s4_1_ += mk_;
-            } else if (ms3_ == 1 && j0_ + 32 <= SK) {
+                s4_2_ += mk_;
+                s4_3_ += mk_;
+            } else if (ms3_ == 1 && j0_ + 64 <= SK) {
                 s4_0_ += *(__global const VU_*)(mask + mo4_ + j0_ + 0);
                 s4_1_ += *(__global const VU_*)(mask + mo4_ + j0_ + 16);
+                s4_2_ += *(__global const VU_*)(mask + mo4_ + j0_ + 32);
+                s4_3_ += *(__global const VU_*)(mask + mo4_ + j0_ + 48);
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
-                for (int jj_ = 0; jj_ < 32; ++jj_) {
+                for (int jj_ = 0; jj_ < 64; ++jj_) {
                     mrow_[jj_] = j0_ + jj_ < SK ? mask[mo4_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
                 }
                 s4_0_ += mv_[0];
                 s4_1_ += mv_[1];
+                s4_2_ += mv_[2];
+                s4_3_ += mv_[3];
             }
-            if (j0_ + 32 > lim4_) {
+            if (j0_ + 64 > lim4_) {
                 s4_0_ = iota_ + (int16)(j0_ + 0) < (int16)lim4_ ? s4_0_ : (float16)(-INFINITY);
                 s4_1_ = iota_ + (int16)(j0_ + 16) < (int16)lim4_ ? s4_1_ : (float16)(-INFINITY);
+                s4_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim4_ ? s4_2_ : (float16)(-INFINITY);
+                s4_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim4_ ? s4_3_ : (float16)(-INFINITY);
             }
             float16 mx_ = s4_0_;
             mx_ = s4_1_ > mx_ ? s4_1_ : mx_;
+            mx_ = s4_2_ > mx_ ? s4_2_ : mx_;
+            mx_ = s4_3_ > mx_ ? s4_3_ : mx_;
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m4_ ? bm_ : m4_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a4_ = sexp_(m4_ - mu_);
             m4_ = mn_;
-            float16 sum_ = 0;
-            pv_[8] = vexp_(s4_0_ - mu_);
-            sum_ += pv_[8];
-            pv_[9] = vexp_(s4_1_ - mu_);
-            sum_ += pv_[9];
-            l4_ = l4_ * a4_ + hsum_(sum_);
+            l4_ *= a4_;
+            pv_[16] = vexp_(s4_0_ - mu_);
+            l4_ += pv_[16];
+            pv_[17] = vexp_(s4_1_ - mu_);
+            l4_ += pv_[17];
+            pv_[18] = vexp_(s4_2_ - mu_);
+            l4_ += pv_[18];
+            pv_[19] = vexp_(s4_3_ - mu_);
+            l4_ += pv_[19];
         }
         ACC_ a5_;
         {
             s5_0_ *= scale;
             s5_1_ *= scale;
+            s5_2_ *= scale;
+            s5_3_ *= scale;
             if (softcap > 0) {
                 s5_0_ = softcap * tanh(s5_0_ / softcap);
                 s5_1_ = softcap * tanh(s5_1_ / softcap);
+                s5_2_ = softcap * tanh(s5_2_ / softcap);
+                s5_3_ = softcap * tanh(s5_3_ / softcap);
             }
             if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo5_];
                 s5_0_ += mk_;
                 s5_1_ += mk_;
-            } else if (ms3_ == 1 && j0_ + 32 <= SK) {
+                s5_2_ += mk_;
+                s5_3_ += mk_;
+            } else if (ms3_ == 1 && j0_ + 64 <= SK) {
                 s5_0_ += *(__global const VU_*)(mask + mo5_ + j0_ + 0);
                 s5_1_ += *(__global const VU_*)(mask + mo5_ + j0_ + 16);
+                s5_2_ += *(__global const VU_*)(mask + mo5_ + j0_ + 32);
+                s5_3_ += *(__global const VU_*)(mask + mo5_ + j0_ + 48);
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
-                for (int jj_ = 0; jj_ < 32; ++jj_) {
+                for (int jj_ = 0; jj_ < 64; ++jj_) {
                     mrow_[jj_] = j0_ + jj_ < SK ? mask[mo5_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
                 }
                 s5_0_ += mv_[0];
                 s5_1_ += mv_[1];
+                s5_2_ += mv_[2];
+                s5_3_ += mv_[3];
             }
-            if (j0_ + 32 > lim5_) {
+            if (j0_ + 64 > lim5_) {
                 s5_0_ = iota_ + (int16)(j0_ + 0) < (int16)lim5_ ? s5_0_ : (float16)(-INFINITY);
                 s5_1_ = iota_ + (int16)(j0_ + 16) < (int16)lim5_ ? s5_1_ : (float16)(-INFINITY);
+                s5_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim5_ ? s5_2_ : (float16)(-INFINITY);
+                s5_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim5_ ? s5_3_ : (float16)(-INFINITY);
             }
             float16 mx_ = s5_0_;
             mx_ = s5_1_ > mx_ ? s5_1_ : mx_;
+            mx_ = s5_2_ > mx_ ? s5_2_ : mx_;
+            mx_ = s5_3_ > mx_ ? s5_3_ : mx_;
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m5_ ? bm_ : m5_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a5_ = sexp_(m5_ - mu_);
             m5_ = mn_;
-            float16 sum_ = 0;
-            pv_[10] = vexp_(s5_0_ - mu_);
-            sum_ += pv_[10];
-            pv_[11] = vexp_(s5_1_ - mu_);
-            sum_ += pv_[11];
-            l5_ = l5_ * a5_ + hsum_(sum_);
+            l5_ *= a5_;
+            pv_[20] = vexp_(s5_0_ - mu_);
+            l5_ += pv_[20];
+            pv_[21] = vexp_(s5_1_ - mu_);
+            l5_ += pv_[21];
+            pv_[22] = vexp_(s5_2_ - mu_);
+            l5_ += pv_[22];
+            pv_[23] = vexp_(s5_3_ - mu_);
+            l5_ += pv_[23];
         }
-        const int nj_ = min(32, nk_ - j0_);  /* keys past it have probability 0 in every row */
+        const int nj_ = nk_ - j0_ < 64 ? nk_ - j0_ : 64;  /* keys past it: probability 0 */
         __global const T_* vb_ = vp_ + (size_t)j0_ * DVP_;
         for (int c0_ = 0; c0_ < DVP_; c0_ += 64) {
             float16 o0_0_ = *(__global float16*)(acc_ + 0 * DVP_ + c0_ + 0) * a0_;
@@ -491,36 +632,36 @@ __kernel void attention__cpu_flash__f32__compute(
             float16 o5_2_ = *(__global float16*)(acc_ + 5 * DVP_ + c0_ + 32) * a5_;
             float16 o5_3_ = *(__global float16*)(acc_ + 5 * DVP_ + c0_ + 48) * a5_;
             for (int jj_ = 0; jj_ < nj_; ++jj_) {
-                const float16 w0_ = *(__global const float16*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 0);
-                const float16 w1_ = *(__global const float16*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 16);
-                const float16 w2_ = *(__global const float16*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 32);
-                const float16 w3_ = *(__global const float16*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 48);
+                const float16 w0_ = *(__global const VU_*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 0);
+                const float16 w1_ = *(__global const VU_*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 16);
+                const float16 w2_ = *(__global const VU_*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 32);
+                const float16 w3_ = *(__global const VU_*)(vb_ + (size_t)jj_ * DVP_ + c0_ + 48);
                 const ACC_ p0_ = ps_[0 + jj_];
                 o0_0_ += p0_ * w0_;
                 o0_1_ += p0_ * w1_;
                 o0_2_ += p0_ * w2_;
                 o0_3_ += p0_ * w3_;
-                const ACC_ p1_ = ps_[32 + jj_];
+                const ACC_ p1_ = ps_[64 + jj_];
                 o1_0_ += p1_ * w0_;
                 o1_1_ += p1_ * w1_;
                 o1_2_ += p1_ * w2_;
                 o1_3_ += p1_ * w3_;
-                const ACC_ p2_ = ps_[64 + jj_];
+                const ACC_ p2_ = ps_[128 + jj_];
                 o2_0_ += p2_ * w0_;
                 o2_1_ += p2_ * w1_;
                 o2_2_ += p2_ * w2_;
                 o2_3_ += p2_ * w3_;
-                const ACC_ p3_ = ps_[96 + jj_];
+                const ACC_ p3_ = ps_[192 + jj_];
                 o3_0_ += p3_ * w0_;
                 o3_1_ += p3_ * w1_;
                 o3_2_ += p3_ * w2_;
                 o3_3_ += p3_ * w3_;
-                const ACC_ p4_ = ps_[128 + jj_];
+                const ACC_ p4_ = ps_[256 + jj_];
                 o4_0_ += p4_ * w0_;
                 o4_1_ += p4_ * w1_;
                 o4_2_ += p4_ * w2_;
                 o4_3_ += p4_ * w3_;
-                const ACC_ p5_ = ps_[160 + jj_];
+                const ACC_ p5_ = ps_[320 + jj_];
                 o5_0_ += p5_ * w0_;
                 o5_1_ += p5_ * w1_;
                 o5_2_ += p5_ * w2_;
@@ -553,7 +694,8 @@ __kernel void attention__cpu_flash__f32__compute(
         }
     }
     if (0 < rows_) {
-        const ACC_ inv_ = l0_ > 0 ? (ACC_)1 / l0_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l0_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 0) * DV;
         __global const T_* arow_ = acc_ + 0 * DVP_;
         int c_ = 0;
@@ -565,7 +707,8 @@ __kernel void attention__cpu_flash__f32__compute(
         }
     }
     if (1 < rows_) {
-        const ACC_ inv_ = l1_ > 0 ? (ACC_)1 / l1_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l1_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 1) * DV;
         __global const T_* arow_ = acc_ + 1 * DVP_;
         int c_ = 0;
@@ -577,7 +720,8 @@ __kernel void attention__cpu_flash__f32__compute(
         }
     }
     if (2 < rows_) {
-        const ACC_ inv_ = l2_ > 0 ? (ACC_)1 / l2_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l2_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 2) * DV;
         __global const T_* arow_ = acc_ + 2 * DVP_;
         int c_ = 0;
@@ -589,7 +733,8 @@ __kernel void attention__cpu_flash__f32__compute(
         }
     }
     if (3 < rows_) {
-        const ACC_ inv_ = l3_ > 0 ? (ACC_)1 / l3_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l3_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 3) * DV;
         __global const T_* arow_ = acc_ + 3 * DVP_;
         int c_ = 0;
@@ -601,7 +746,8 @@ __kernel void attention__cpu_flash__f32__compute(
         }
     }
     if (4 < rows_) {
-        const ACC_ inv_ = l4_ > 0 ? (ACC_)1 / l4_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l4_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 4) * DV;
         __global const T_* arow_ = acc_ + 4 * DVP_;
         int c_ = 0;
@@ -613,7 +759,8 @@ __kernel void attention__cpu_flash__f32__compute(
         }
     }
     if (5 < rows_) {
-        const ACC_ inv_ = l5_ > 0 ? (ACC_)1 / l5_ : (ACC_)0;
+        const ACC_ sum_ = hsum_(l5_);
+        const ACC_ inv_ = sum_ > 0 ? (ACC_)1 / sum_ : (ACC_)0;
         __global T_* orow_ = o + ((size_t)bh_ * SQ + i0_ + 5) * DV;
         __global const T_* arow_ = acc_ + 5 * DVP_;
         int c_ = 0;
