@@ -11,47 +11,45 @@ typedef double VU_ __attribute__((ext_vector_type(8), aligned(sizeof(double))));
 #define DVP_ ((DV + 31) / 32 * 32)
 #define VIN_ (DV % 32 == 0)  /* rows of v are whole chunks: read in place, not packed */
 inline double8 vexp_(const double8 x) {
-    const double8 c_ = x < (double8)-707.0 ? (double8)-707.0 : (x > (double8)709.0 ? (double8)709.0 : x);
-    const double8 r_ = c_ * (double8)1.4426950408889634 + (double8)6755399441055744.0;
+    const double8 r_ = x * (double8)1.4426950408889634 + (double8)6755399441055744.0;
     const double8 m_ = r_ - (double8)6755399441055744.0;
-    const double8 y_ = (c_ - m_ * (double8)6.93147180369123816490e-01) - m_ * (double8)1.90821492927058770002e-10;
-    double8 p_ = (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 12) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 11) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 10) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 9) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 8) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 7) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 6) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 5) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 4) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 3) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 2) + (double8)1;
-    p_ = p_ * y_ * (double8)(1.0 / 1) + (double8)1;
-    const long8 e_ = (as_long8(r_) - (long8)0x4338000000000000L) << 52;
-    const double8 out_ = as_double8(as_long8(p_) + e_);
+    const double8 y_ = (x - m_ * (double8)6.93147180369123816490e-01) - m_ * (double8)1.90821492927058770002e-10;
+    double8 p_ = (double8)2.08767569878681002e-09;
+    p_ = p_ * y_ + (double8)2.50521083854417202e-08;
+    p_ = p_ * y_ + (double8)2.75573192239858936e-07;
+    p_ = p_ * y_ + (double8)2.75573192239858925e-06;
+    p_ = p_ * y_ + (double8)2.48015873015873016e-05;
+    p_ = p_ * y_ + (double8)1.98412698412698413e-04;
+    p_ = p_ * y_ + (double8)1.38888888888888894e-03;
+    p_ = p_ * y_ + (double8)8.33333333333333322e-03;
+    p_ = p_ * y_ + (double8)4.16666666666666644e-02;
+    p_ = p_ * y_ + (double8)1.66666666666666657e-01;
+    p_ = p_ * y_ + (double8)5.00000000000000000e-01;
+    p_ = p_ * y_ + (double8)1.00000000000000000e+00;
+    p_ = p_ * y_ + (double8)1.00000000000000000e+00;
+    const ulong8 e_ = (as_ulong8(r_) - (ulong8)0x4338000000000000UL) << 52;
+    const double8 out_ = as_double8(as_ulong8(p_) + e_);
     return x < (double8)-707.0 ? (double8)0 : out_;
 }
 inline double sexp_(const double x) {
-    const double c_ = x < (double)-707.0 ? (double)-707.0 : (x > (double)709.0 ? (double)709.0 : x);
-    const double r_ = c_ * (double)1.4426950408889634 + (double)6755399441055744.0;
+    const double r_ = x * (double)1.4426950408889634 + (double)6755399441055744.0;
     const double m_ = r_ - (double)6755399441055744.0;
-    const double y_ = (c_ - m_ * (double)6.93147180369123816490e-01) - m_ * (double)1.90821492927058770002e-10;
-    double p_ = (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 12) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 11) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 10) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 9) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 8) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 7) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 6) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 5) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 4) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 3) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 2) + (double)1;
-    p_ = p_ * y_ * (double)(1.0 / 1) + (double)1;
-    const long e_ = (as_long(r_) - (long)0x4338000000000000L) << 52;
-    const double out_ = as_double(as_long(p_) + e_);
+    const double y_ = (x - m_ * (double)6.93147180369123816490e-01) - m_ * (double)1.90821492927058770002e-10;
+    double p_ = (double)2.08767569878681002e-09;
+    p_ = p_ * y_ + (double)2.50521083854417202e-08;
+    p_ = p_ * y_ + (double)2.75573192239858936e-07;
+    p_ = p_ * y_ + (double)2.75573192239858925e-06;
+    p_ = p_ * y_ + (double)2.48015873015873016e-05;
+    p_ = p_ * y_ + (double)1.98412698412698413e-04;
+    p_ = p_ * y_ + (double)1.38888888888888894e-03;
+    p_ = p_ * y_ + (double)8.33333333333333322e-03;
+    p_ = p_ * y_ + (double)4.16666666666666644e-02;
+    p_ = p_ * y_ + (double)1.66666666666666657e-01;
+    p_ = p_ * y_ + (double)5.00000000000000000e-01;
+    p_ = p_ * y_ + (double)1.00000000000000000e+00;
+    p_ = p_ * y_ + (double)1.00000000000000000e+00;
+    const ulong e_ = (as_ulong(r_) - (ulong)0x4338000000000000UL) << 52;
+    const double out_ = as_double(as_ulong(p_) + e_);
     return x < (double)-707.0 ? (double)0 : out_;
 }
 inline double hmax_(const double8 x) {
@@ -98,16 +96,17 @@ __kernel void attention__cpu_flash64__f64__pack_kv(
     const int nr_ = min(16, SK - j0_);
     __global const T_* k_ = k + ((size_t)kvh_ * SK + j0_) * D;
     __global T_* kp_ = kp + ((size_t)kvh_ * NP_ + p_) * 16 * D;
+    const ACC_ scale_ = scale;  /* folded into the panels: the scores come out scaled */
     if (nr_ == 16) {
         for (int jj_ = 0; jj_ < 16; ++jj_) {
             for (int d_ = 0; d_ < D; ++d_) {
-                kp_[(size_t)d_ * 16 + jj_] = k_[(size_t)jj_ * D + d_];
+                kp_[(size_t)d_ * 16 + jj_] = k_[(size_t)jj_ * D + d_] * scale_;
             }
         }
     } else {
         for (int jj_ = 0; jj_ < 16; ++jj_) {
             for (int d_ = 0; d_ < D; ++d_) {
-                kp_[(size_t)d_ * 16 + jj_] = jj_ < nr_ ? k_[(size_t)jj_ * D + d_] : (T_)0;
+                kp_[(size_t)d_ * 16 + jj_] = jj_ < nr_ ? k_[(size_t)jj_ * D + d_] * scale_ : (T_)0;
             }
         }
     }
@@ -199,6 +198,9 @@ __kernel void attention__cpu_flash64__f64__compute(
     double8 l5_ = 0;  /* the running sum, lane by lane */
     const int nk_ = causal ? min(i0_ + rows_, SK) : SK;
     const int ms3_ = mask_s3;
+    /* 0: the mask is one finite value (all strides 0, SK > 0: one element), added to every
+       score of a row it changes nothing */
+    const int madd_ = (mask_s0 | mask_s1 | mask_s2 | ms3_) != 0 || SK == 0 || !(mask[0] > -INFINITY);
     const long8 iota_ = (long8)(0, 1, 2, 3, 4, 5, 6, 7);
     double8 pv_[12];  /* the block's probabilities, row by row, read back by lane */
     double8 mv_[2];  /* a mask row gathered element by element */
@@ -241,13 +243,13 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
         ACC_ a0_;
         {
-            s0_0_ *= scale;
-            s0_1_ *= scale;
             if (softcap > 0) {
                 s0_0_ = softcap * tanh(s0_0_ / softcap);
                 s0_1_ = softcap * tanh(s0_1_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo0_];
                 s0_0_ += mk_;
                 s0_1_ += mk_;
@@ -281,13 +283,13 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
         ACC_ a1_;
         {
-            s1_0_ *= scale;
-            s1_1_ *= scale;
             if (softcap > 0) {
                 s1_0_ = softcap * tanh(s1_0_ / softcap);
                 s1_1_ = softcap * tanh(s1_1_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo1_];
                 s1_0_ += mk_;
                 s1_1_ += mk_;
@@ -321,13 +323,13 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
         ACC_ a2_;
         {
-            s2_0_ *= scale;
-            s2_1_ *= scale;
             if (softcap > 0) {
                 s2_0_ = softcap * tanh(s2_0_ / softcap);
                 s2_1_ = softcap * tanh(s2_1_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo2_];
                 s2_0_ += mk_;
                 s2_1_ += mk_;
@@ -361,13 +363,13 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
         ACC_ a3_;
         {
-            s3_0_ *= scale;
-            s3_1_ *= scale;
             if (softcap > 0) {
                 s3_0_ = softcap * tanh(s3_0_ / softcap);
                 s3_1_ = softcap * tanh(s3_1_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo3_];
                 s3_0_ += mk_;
                 s3_1_ += mk_;
@@ -401,13 +403,13 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
         ACC_ a4_;
         {
-            s4_0_ *= scale;
-            s4_1_ *= scale;
             if (softcap > 0) {
                 s4_0_ = softcap * tanh(s4_0_ / softcap);
                 s4_1_ = softcap * tanh(s4_1_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo4_];
                 s4_0_ += mk_;
                 s4_1_ += mk_;
@@ -441,13 +443,13 @@ __kernel void attention__cpu_flash64__f64__compute(
         }
         ACC_ a5_;
         {
-            s5_0_ *= scale;
-            s5_1_ *= scale;
             if (softcap > 0) {
                 s5_0_ = softcap * tanh(s5_0_ / softcap);
                 s5_1_ = softcap * tanh(s5_1_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo5_];
                 s5_0_ += mk_;
                 s5_1_ += mk_;

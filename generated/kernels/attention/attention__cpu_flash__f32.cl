@@ -10,35 +10,33 @@ typedef float VU_ __attribute__((ext_vector_type(16), aligned(sizeof(float))));
 #define DVP_ ((DV + 63) / 64 * 64)
 #define VIN_ (DV % 64 == 0)  /* rows of v are whole chunks: read in place, not packed */
 inline float16 vexp_(const float16 x) {
-    const float16 c_ = x < (float16)-86.0f ? (float16)-86.0f : (x > (float16)88.0f ? (float16)88.0f : x);
-    const float16 r_ = c_ * (float16)1.4426950408889634f + (float16)12582912.0f;
+    const float16 r_ = x * (float16)1.4426950408889634f + (float16)12582912.0f;
     const float16 m_ = r_ - (float16)12582912.0f;
-    const float16 y_ = (c_ - m_ * (float16)0.693145751953125f) - m_ * (float16)1.428606820309417e-06f;
-    float16 p_ = (float16)1;
-    p_ = p_ * y_ * (float16)(1.0f / 6) + (float16)1;
-    p_ = p_ * y_ * (float16)(1.0f / 5) + (float16)1;
-    p_ = p_ * y_ * (float16)(1.0f / 4) + (float16)1;
-    p_ = p_ * y_ * (float16)(1.0f / 3) + (float16)1;
-    p_ = p_ * y_ * (float16)(1.0f / 2) + (float16)1;
-    p_ = p_ * y_ * (float16)(1.0f / 1) + (float16)1;
-    const int16 e_ = (as_int16(r_) - (int16)0x4B400000) << 23;
-    const float16 out_ = as_float16(as_int16(p_) + e_);
+    const float16 y_ = (x - m_ * (float16)0.693145751953125f) - m_ * (float16)1.428606820309417e-06f;
+    float16 p_ = (float16)1.38888888888888894e-03f;
+    p_ = p_ * y_ + (float16)8.33333333333333322e-03f;
+    p_ = p_ * y_ + (float16)4.16666666666666644e-02f;
+    p_ = p_ * y_ + (float16)1.66666666666666657e-01f;
+    p_ = p_ * y_ + (float16)5.00000000000000000e-01f;
+    p_ = p_ * y_ + (float16)1.00000000000000000e+00f;
+    p_ = p_ * y_ + (float16)1.00000000000000000e+00f;
+    const uint16 e_ = (as_uint16(r_) - (uint16)0x4B400000U) << 23;
+    const float16 out_ = as_float16(as_uint16(p_) + e_);
     return x < (float16)-86.0f ? (float16)0 : out_;
 }
 inline float sexp_(const float x) {
-    const float c_ = x < (float)-86.0f ? (float)-86.0f : (x > (float)88.0f ? (float)88.0f : x);
-    const float r_ = c_ * (float)1.4426950408889634f + (float)12582912.0f;
+    const float r_ = x * (float)1.4426950408889634f + (float)12582912.0f;
     const float m_ = r_ - (float)12582912.0f;
-    const float y_ = (c_ - m_ * (float)0.693145751953125f) - m_ * (float)1.428606820309417e-06f;
-    float p_ = (float)1;
-    p_ = p_ * y_ * (float)(1.0f / 6) + (float)1;
-    p_ = p_ * y_ * (float)(1.0f / 5) + (float)1;
-    p_ = p_ * y_ * (float)(1.0f / 4) + (float)1;
-    p_ = p_ * y_ * (float)(1.0f / 3) + (float)1;
-    p_ = p_ * y_ * (float)(1.0f / 2) + (float)1;
-    p_ = p_ * y_ * (float)(1.0f / 1) + (float)1;
-    const int e_ = (as_int(r_) - (int)0x4B400000) << 23;
-    const float out_ = as_float(as_int(p_) + e_);
+    const float y_ = (x - m_ * (float)0.693145751953125f) - m_ * (float)1.428606820309417e-06f;
+    float p_ = (float)1.38888888888888894e-03f;
+    p_ = p_ * y_ + (float)8.33333333333333322e-03f;
+    p_ = p_ * y_ + (float)4.16666666666666644e-02f;
+    p_ = p_ * y_ + (float)1.66666666666666657e-01f;
+    p_ = p_ * y_ + (float)5.00000000000000000e-01f;
+    p_ = p_ * y_ + (float)1.00000000000000000e+00f;
+    p_ = p_ * y_ + (float)1.00000000000000000e+00f;
+    const uint e_ = (as_uint(r_) - (uint)0x4B400000U) << 23;
+    const float out_ = as_float(as_uint(p_) + e_);
     return x < (float)-86.0f ? (float)0 : out_;
 }
 inline float hmax_(const float16 x) {
@@ -89,16 +87,17 @@ __kernel void attention__cpu_flash__f32__pack_kv(
     const int nr_ = min(64, SK - j0_);
     __global const T_* k_ = k + ((size_t)kvh_ * SK + j0_) * D;
     __global T_* kp_ = kp + ((size_t)kvh_ * NP_ + p_) * 64 * D;
+    const ACC_ scale_ = scale;  /* folded into the panels: the scores come out scaled */
     if (nr_ == 64) {
         for (int jj_ = 0; jj_ < 64; ++jj_) {
             for (int d_ = 0; d_ < D; ++d_) {
-                kp_[(size_t)d_ * 64 + jj_] = k_[(size_t)jj_ * D + d_];
+                kp_[(size_t)d_ * 64 + jj_] = k_[(size_t)jj_ * D + d_] * scale_;
             }
         }
     } else {
         for (int jj_ = 0; jj_ < 64; ++jj_) {
             for (int d_ = 0; d_ < D; ++d_) {
-                kp_[(size_t)d_ * 64 + jj_] = jj_ < nr_ ? k_[(size_t)jj_ * D + d_] : (T_)0;
+                kp_[(size_t)d_ * 64 + jj_] = jj_ < nr_ ? k_[(size_t)jj_ * D + d_] * scale_ : (T_)0;
             }
         }
     }
@@ -190,6 +189,9 @@ __kernel void attention__cpu_flash__f32__compute(
     float16 l5_ = 0;  /* the running sum, lane by lane */
     const int nk_ = causal ? min(i0_ + rows_, SK) : SK;
     const int ms3_ = mask_s3;
+    /* 0: the mask is one finite value (all strides 0, SK > 0: one element), added to every
+       score of a row it changes nothing */
+    const int madd_ = (mask_s0 | mask_s1 | mask_s2 | ms3_) != 0 || SK == 0 || !(mask[0] > -INFINITY);
     const int16 iota_ = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     float16 pv_[24];  /* the block's probabilities, row by row, read back by lane */
     float16 mv_[4];  /* a mask row gathered element by element */
@@ -258,17 +260,15 @@ __kernel void attention__cpu_flash__f32__compute(
         }
         ACC_ a0_;
         {
-            s0_0_ *= scale;
-            s0_1_ *= scale;
-            s0_2_ *= scale;
-            s0_3_ *= scale;
             if (softcap > 0) {
                 s0_0_ = softcap * tanh(s0_0_ / softcap);
                 s0_1_ = softcap * tanh(s0_1_ / softcap);
                 s0_2_ = softcap * tanh(s0_2_ / softcap);
                 s0_3_ = softcap * tanh(s0_3_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo0_];
                 s0_0_ += mk_;
                 s0_1_ += mk_;
@@ -316,17 +316,15 @@ __kernel void attention__cpu_flash__f32__compute(
         }
         ACC_ a1_;
         {
-            s1_0_ *= scale;
-            s1_1_ *= scale;
-            s1_2_ *= scale;
-            s1_3_ *= scale;
             if (softcap > 0) {
                 s1_0_ = softcap * tanh(s1_0_ / softcap);
                 s1_1_ = softcap * tanh(s1_1_ / softcap);
                 s1_2_ = softcap * tanh(s1_2_ / softcap);
                 s1_3_ = softcap * tanh(s1_3_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo1_];
                 s1_0_ += mk_;
                 s1_1_ += mk_;
@@ -374,17 +372,15 @@ __kernel void attention__cpu_flash__f32__compute(
         }
         ACC_ a2_;
         {
-            s2_0_ *= scale;
-            s2_1_ *= scale;
-            s2_2_ *= scale;
-            s2_3_ *= scale;
             if (softcap > 0) {
                 s2_0_ = softcap * tanh(s2_0_ / softcap);
                 s2_1_ = softcap * tanh(s2_1_ / softcap);
                 s2_2_ = softcap * tanh(s2_2_ / softcap);
                 s2_3_ = softcap * tanh(s2_3_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo2_];
                 s2_0_ += mk_;
                 s2_1_ += mk_;
@@ -432,17 +428,15 @@ __kernel void attention__cpu_flash__f32__compute(
         }
         ACC_ a3_;
         {
-            s3_0_ *= scale;
-            s3_1_ *= scale;
-            s3_2_ *= scale;
-            s3_3_ *= scale;
             if (softcap > 0) {
                 s3_0_ = softcap * tanh(s3_0_ / softcap);
                 s3_1_ = softcap * tanh(s3_1_ / softcap);
                 s3_2_ = softcap * tanh(s3_2_ / softcap);
                 s3_3_ = softcap * tanh(s3_3_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo3_];
                 s3_0_ += mk_;
                 s3_1_ += mk_;
@@ -490,17 +484,15 @@ __kernel void attention__cpu_flash__f32__compute(
         }
         ACC_ a4_;
         {
-            s4_0_ *= scale;
-            s4_1_ *= scale;
-            s4_2_ *= scale;
-            s4_3_ *= scale;
             if (softcap > 0) {
                 s4_0_ = softcap * tanh(s4_0_ / softcap);
                 s4_1_ = softcap * tanh(s4_1_ / softcap);
                 s4_2_ = softcap * tanh(s4_2_ / softcap);
                 s4_3_ = softcap * tanh(s4_3_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo4_];
                 s4_0_ += mk_;
                 s4_1_ += mk_;
@@ -548,17 +540,15 @@ __kernel void attention__cpu_flash__f32__compute(
         }
         ACC_ a5_;
         {
-            s5_0_ *= scale;
-            s5_1_ *= scale;
-            s5_2_ *= scale;
-            s5_3_ *= scale;
             if (softcap > 0) {
                 s5_0_ = softcap * tanh(s5_0_ / softcap);
                 s5_1_ = softcap * tanh(s5_1_ / softcap);
                 s5_2_ = softcap * tanh(s5_2_ / softcap);
                 s5_3_ = softcap * tanh(s5_3_ / softcap);
             }
-            if (ms3_ == 0) {
+            if (!madd_) {
+                /* one finite value for every score: the softmax does not change */
+            } else if (ms3_ == 0) {
                 const ACC_ mk_ = mask[mo5_];
                 s5_0_ += mk_;
                 s5_1_ += mk_;
