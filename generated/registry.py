@@ -5804,7 +5804,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='7db5bee077f3f45141a81d0ce78343b978aa92fa7b3748bb27036eeca47b8b64',
+        sha256='3698aeb4d631bbef09bfecbe2edd1b3268eadf4c6d82f00c8de6118540b7a61f',
         tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
         device_params=(('NR', '2 * vector_width_double'), ('VW', 'vector_width_double')),
         constraints=(
@@ -6313,7 +6313,7 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='9cffd85db0d550e4c0f44999bfdbcbe8ee6f0e0ebbd57b2cf44fa6dc25c6a83c',
+        sha256='dce41d80fa025afacf3d502052d418b39f386204ce9aa7baaf4eb5e202427614',
         tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
         device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
         constraints=(

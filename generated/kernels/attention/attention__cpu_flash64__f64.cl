@@ -52,6 +52,14 @@ inline double sexp_(const double x) {
     const double out_ = as_double(as_ulong(p_) + e_);
     return x < (double)-707.0 ? (double)0 : out_;
 }
+/* tanh(x) = sign(x) (1 - e) / (1 + e) with e = exp(-2 |x|): no builtin call, which would make
+   the compiler spill every live vector around it even where the soft-cap is off */
+inline double8 vtanh_(const double8 x) {
+    const double8 a_ = x < (double8)0 ? -x : x;
+    const double8 e_ = vexp_((double8)-2 * a_);
+    const double8 t_ = ((double8)1 - e_) / ((double8)1 + e_);
+    return x < (double8)0 ? -t_ : t_;
+}
 inline double hmax_(const double8 x) {
     const double4 a0_ = x.lo, b0_ = x.hi;
     const double4 h0_ = a0_ > b0_ ? a0_ : b0_;
@@ -244,8 +252,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         ACC_ a0_;
         {
             if (softcap > 0) {
-                s0_0_ = softcap * tanh(s0_0_ / softcap);
-                s0_1_ = softcap * tanh(s0_1_ / softcap);
+                s0_0_ = softcap * vtanh_(s0_0_ / softcap);
+                s0_1_ = softcap * vtanh_(s0_1_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
@@ -284,8 +292,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         ACC_ a1_;
         {
             if (softcap > 0) {
-                s1_0_ = softcap * tanh(s1_0_ / softcap);
-                s1_1_ = softcap * tanh(s1_1_ / softcap);
+                s1_0_ = softcap * vtanh_(s1_0_ / softcap);
+                s1_1_ = softcap * vtanh_(s1_1_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
@@ -324,8 +332,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         ACC_ a2_;
         {
             if (softcap > 0) {
-                s2_0_ = softcap * tanh(s2_0_ / softcap);
-                s2_1_ = softcap * tanh(s2_1_ / softcap);
+                s2_0_ = softcap * vtanh_(s2_0_ / softcap);
+                s2_1_ = softcap * vtanh_(s2_1_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
@@ -364,8 +372,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         ACC_ a3_;
         {
             if (softcap > 0) {
-                s3_0_ = softcap * tanh(s3_0_ / softcap);
-                s3_1_ = softcap * tanh(s3_1_ / softcap);
+                s3_0_ = softcap * vtanh_(s3_0_ / softcap);
+                s3_1_ = softcap * vtanh_(s3_1_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
@@ -404,8 +412,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         ACC_ a4_;
         {
             if (softcap > 0) {
-                s4_0_ = softcap * tanh(s4_0_ / softcap);
-                s4_1_ = softcap * tanh(s4_1_ / softcap);
+                s4_0_ = softcap * vtanh_(s4_0_ / softcap);
+                s4_1_ = softcap * vtanh_(s4_1_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
@@ -444,8 +452,8 @@ __kernel void attention__cpu_flash64__f64__compute(
         ACC_ a5_;
         {
             if (softcap > 0) {
-                s5_0_ = softcap * tanh(s5_0_ / softcap);
-                s5_1_ = softcap * tanh(s5_1_ / softcap);
+                s5_0_ = softcap * vtanh_(s5_0_ / softcap);
+                s5_1_ = softcap * vtanh_(s5_1_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */

@@ -39,6 +39,14 @@ inline float sexp_(const float x) {
     const float out_ = as_float(as_uint(p_) + e_);
     return x < (float)-86.0f ? (float)0 : out_;
 }
+/* tanh(x) = sign(x) (1 - e) / (1 + e) with e = exp(-2 |x|): no builtin call, which would make
+   the compiler spill every live vector around it even where the soft-cap is off */
+inline float16 vtanh_(const float16 x) {
+    const float16 a_ = x < (float16)0 ? -x : x;
+    const float16 e_ = vexp_((float16)-2 * a_);
+    const float16 t_ = ((float16)1 - e_) / ((float16)1 + e_);
+    return x < (float16)0 ? -t_ : t_;
+}
 inline float hmax_(const float16 x) {
     const float8 a0_ = x.lo, b0_ = x.hi;
     const float8 h0_ = a0_ > b0_ ? a0_ : b0_;
@@ -261,10 +269,10 @@ __kernel void attention__cpu_flash__f32__compute(
         ACC_ a0_;
         {
             if (softcap > 0) {
-                s0_0_ = softcap * tanh(s0_0_ / softcap);
-                s0_1_ = softcap * tanh(s0_1_ / softcap);
-                s0_2_ = softcap * tanh(s0_2_ / softcap);
-                s0_3_ = softcap * tanh(s0_3_ / softcap);
+                s0_0_ = softcap * vtanh_(s0_0_ / softcap);
+                s0_1_ = softcap * vtanh_(s0_1_ / softcap);
+                s0_2_ = softcap * vtanh_(s0_2_ / softcap);
+                s0_3_ = softcap * vtanh_(s0_3_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
@@ -317,10 +325,10 @@ __kernel void attention__cpu_flash__f32__compute(
         ACC_ a1_;
         {
             if (softcap > 0) {
-                s1_0_ = softcap * tanh(s1_0_ / softcap);
-                s1_1_ = softcap * tanh(s1_1_ / softcap);
-                s1_2_ = softcap * tanh(s1_2_ / softcap);
-                s1_3_ = softcap * tanh(s1_3_ / softcap);
+                s1_0_ = softcap * vtanh_(s1_0_ / softcap);
+                s1_1_ = softcap * vtanh_(s1_1_ / softcap);
+                s1_2_ = softcap * vtanh_(s1_2_ / softcap);
+                s1_3_ = softcap * vtanh_(s1_3_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
@@ -373,10 +381,10 @@ __kernel void attention__cpu_flash__f32__compute(
         ACC_ a2_;
         {
             if (softcap > 0) {
-                s2_0_ = softcap * tanh(s2_0_ / softcap);
-                s2_1_ = softcap * tanh(s2_1_ / softcap);
-                s2_2_ = softcap * tanh(s2_2_ / softcap);
-                s2_3_ = softcap * tanh(s2_3_ / softcap);
+                s2_0_ = softcap * vtanh_(s2_0_ / softcap);
+                s2_1_ = softcap * vtanh_(s2_1_ / softcap);
+                s2_2_ = softcap * vtanh_(s2_2_ / softcap);
+                s2_3_ = softcap * vtanh_(s2_3_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
@@ -429,10 +437,10 @@ __kernel void attention__cpu_flash__f32__compute(
         ACC_ a3_;
         {
             if (softcap > 0) {
-                s3_0_ = softcap * tanh(s3_0_ / softcap);
-                s3_1_ = softcap * tanh(s3_1_ / softcap);
-                s3_2_ = softcap * tanh(s3_2_ / softcap);
-                s3_3_ = softcap * tanh(s3_3_ / softcap);
+                s3_0_ = softcap * vtanh_(s3_0_ / softcap);
+                s3_1_ = softcap * vtanh_(s3_1_ / softcap);
+                s3_2_ = softcap * vtanh_(s3_2_ / softcap);
+                s3_3_ = softcap * vtanh_(s3_3_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
@@ -485,10 +493,10 @@ __kernel void attention__cpu_flash__f32__compute(
         ACC_ a4_;
         {
             if (softcap > 0) {
-                s4_0_ = softcap * tanh(s4_0_ / softcap);
-                s4_1_ = softcap * tanh(s4_1_ / softcap);
-                s4_2_ = softcap * tanh(s4_2_ / softcap);
-                s4_3_ = softcap * tanh(s4_3_ / softcap);
+                s4_0_ = softcap * vtanh_(s4_0_ / softcap);
+                s4_1_ = softcap * vtanh_(s4_1_ / softcap);
+                s4_2_ = softcap * vtanh_(s4_2_ / softcap);
+                s4_3_ = softcap * vtanh_(s4_3_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
@@ -541,10 +549,10 @@ __kernel void attention__cpu_flash__f32__compute(
         ACC_ a5_;
         {
             if (softcap > 0) {
-                s5_0_ = softcap * tanh(s5_0_ / softcap);
-                s5_1_ = softcap * tanh(s5_1_ / softcap);
-                s5_2_ = softcap * tanh(s5_2_ / softcap);
-                s5_3_ = softcap * tanh(s5_3_ / softcap);
+                s5_0_ = softcap * vtanh_(s5_0_ / softcap);
+                s5_1_ = softcap * vtanh_(s5_1_ / softcap);
+                s5_2_ = softcap * vtanh_(s5_2_ / softcap);
+                s5_3_ = softcap * vtanh_(s5_3_ / softcap);
             }
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
