@@ -154,12 +154,12 @@ CASES: tuple[Case, ...] = (
 
 def selected(quick: bool) -> list[Case]:
     """The cases of a run: every case, or each distinct one at its quick sizes (the matmul
-    sweep collapses to one case per dtype)."""
+    sweep collapses to one case per dtype; cases that differ in attributes stay apart)."""
     out: list[Case] = []
-    seen: set[tuple[str, str, str]] = set()
+    seen: set[tuple[str, str, str, str]] = set()
     for case in CASES:
         c = case.at(quick)
-        key = (c.op, c.dtype, repr(sorted(c.sizes.items())))
+        key = (c.op, c.dtype, repr(sorted(c.sizes.items())), repr(sorted(c.attrs.items())))
         if key not in seen:
             seen.add(key)
             out.append(c)
