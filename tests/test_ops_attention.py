@@ -103,6 +103,19 @@ def test_boolean_and_additive_masks_broadcast_from_any_rank(shape) -> None:
     np.testing.assert_array_equal(ops.attention(q, k, v, keep), ops.attention(q, k, v, zero_inf))
 
 
+def test_a_boolean_mask_is_cast_and_read_as_a_keep_mask() -> None:
+    """The convention asks the eager layer to cast a boolean mask to q's dtype (1 and 0, on the
+    host, at the mask's own size) and sets bool_mask; an additive mask is passed as it is."""
+    q, k, v = _inputs(1, 2, 9, 11, 8, 8)
+    keep = rng.random((9, 11)) > 0.3
+    call = prepare("attention", (q, k, v, keep), {}, {})
+    assert call.attrs["bool_mask"] == 1 and call.inputs["mask"].dtype == F
+    np.testing.assert_array_equal(call.inputs["mask"][0, 0], keep.astype(F))
+    additive = np.where(keep, 0.0, -np.inf).astype(F)
+    call = prepare("attention", (q, k, v, additive), {}, {})
+    assert call.attrs["bool_mask"] == 0 and call.inputs["mask"].dtype == F
+
+
 def test_a_broadcast_view_of_a_mask_is_passed_at_its_own_size() -> None:
     q, k, v = _inputs(2, 3, 37, 70, 16, 16)
     keep = rng.random((37, 70)) > 0.3

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from generator.conventions.base import Canonical, Convention, PyParam, array_of, reshape
+from generator.core.dtypes import dtype_of_numpy
 from generator.errors import CallError
 from generator.registry.records import OpSig
 
@@ -34,7 +35,7 @@ class Attention(Convention):
         )
 
     def supplies(self, op: OpSig) -> tuple[str, ...]:
-        return ("causal", "scale", "softcap")
+        return ("causal", "scale", "softcap", "bool_mask")
 
     def problems(self, op: OpSig) -> list[str]:
         out = []
@@ -47,7 +48,7 @@ class Attention(Convention):
         elif not (op.inputs[3].optional and op.inputs[3].broadcast):
             out.append("call: attention needs its fourth input (the mask) optional and broadcast")
         types = {a.name: a.type for a in op.attrs}
-        wanted = {"causal": "int", "scale": "float", "softcap": "float"}
+        wanted = {"causal": "int", "scale": "float", "softcap": "float", "bool_mask": "int"}
         missing = [f"{t} {n}" for n, t in wanted.items() if types.get(n) != t]
         if missing:
             out.append(f"call: attention needs the attributes {', '.join(missing)}")
@@ -76,19 +77,25 @@ class Attention(Convention):
             "causal": int(bool(options.get("causal", False))),
             "scale": _scale(op, options.get("scale"), q.shape[-1]),
             "softcap": _softcap(op, options.get("softcap", 0.0)),
+            "bool_mask": 0,
         }
+        casts: dict[str, str] = {}
         mask = names[3]
         if mask in arrays:
             scores = (*q.shape[:-1], k.shape[-2])
-            arrays[mask] = _mask(op, mask, arrays[mask], scores, q.dtype)
+            arrays[mask] = _mask(op, mask, arrays[mask], scores)
+            call_dtype = dtype_of_numpy(np.dtype(q.dtype))
+            if np.dtype(arrays[mask].dtype) == np.bool_ and call_dtype is not None:
+                # True / False become 1 / 0 of q's dtype, which the kernels read as a keep mask
+                casts[mask], attrs["bool_mask"] = call_dtype.name, 1
         if ranks == {4}:
-            return Canonical(arrays, attrs)
+            return Canonical(arrays, attrs, casts=casts)
         headed = {k: reshape(op, k, a, (a.shape[0], 1, *a.shape[1:])) for k, a in arrays.items()}
 
         def finish(outs: dict[str, Any]) -> dict[str, Any]:
             return {k: v.reshape((v.shape[0], *v.shape[2:])) for k, v in outs.items()}
 
-        return Canonical(headed, attrs, finish)
+        return Canonical(headed, attrs, finish, casts=casts)
 
 
 def _scale(op: OpSig, scale: Any, d: int) -> float:
@@ -112,11 +119,10 @@ def _softcap(op: OpSig, softcap: Any) -> float:
     return float(softcap)
 
 
-def _mask(op: OpSig, name: str, mask: Any, scores: tuple[int, ...], dtype: np.dtype) -> Any:
-    """The mask as the kernels take it: additive, of q's dtype, with the scores' rank (size-1
-    axes stretch). A boolean mask (True: attend) becomes 0 / -inf at its own size, the one
-    value a convention computes; a NumPy mask broadcast by stride 0 (np.broadcast_to) is
-    passed at its un-broadcast size."""
+def _mask(op: OpSig, name: str, mask: Any, scores: tuple[int, ...]) -> Any:
+    """The mask with the scores' rank (size-1 axes stretch), as a view: a NumPy mask broadcast
+    by stride 0 (np.broadcast_to) at its un-broadcast size. A boolean mask must be a NumPy
+    array (the eager layer casts it to q's dtype on the host)."""
     shape = tuple(int(n) for n in mask.shape)
     if len(shape) > len(scores) or any(
         n not in (1, s) for n, s in zip(shape[::-1], scores[::-1], strict=False)
@@ -132,11 +138,9 @@ def _mask(op: OpSig, name: str, mask: Any, scores: tuple[int, ...], dtype: np.dt
             for n, st in zip(shape, mask.strides, strict=True)
         )
         mask = mask[stretched]
-    if np.dtype(mask.dtype) == np.bool_:
-        if not isinstance(mask, np.ndarray):
-            raise CallError(
-                f"{op.name}: {name} is a boolean device array (shape {shape}); pass it as a "
-                "NumPy array, or as an additive mask of q's dtype (0 to attend, -inf to mask out)"
-            )
-        mask = np.where(mask, 0.0, -np.inf).astype(dtype)
+    elif np.dtype(mask.dtype) == np.bool_:
+        raise CallError(
+            f"{op.name}: {name} is a boolean device array (shape {shape}); pass it as a "
+            "NumPy array, or as an additive mask of q's dtype (0 to attend, -inf to mask out)"
+        )
     return reshape(op, name, mask, (1,) * (len(scores) - mask.ndim) + tuple(mask.shape))

@@ -47,9 +47,9 @@ def _conv2d(a: Arrays, attrs: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def _attention(a: Arrays, attrs: dict[str, Any]) -> dict[str, np.ndarray]:
     """PyTorch's scaled_dot_product_attention, written out: query head h reads kv head
-    h // (H / HK) (repeat_interleave), scores scaled, soft-capped, the additive mask added,
-    causal keys set to -inf; a row whose every score is -inf gives zeros (PyTorch's
-    _safe_softmax)."""
+    h // (H / HK) (repeat_interleave), scores scaled, soft-capped, the mask added (with
+    bool_mask, a keep mask: -inf where it is 0), causal keys set to -inf; a row whose every
+    score is -inf gives zeros (PyTorch's _safe_softmax)."""
     q, k, v = a["q"], a["k"], a["v"]
     sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
     scale = attrs.get("scale", 1.0 / np.sqrt(d) if d else 1.0)
@@ -63,7 +63,10 @@ def _attention(a: Arrays, attrs: dict[str, Any]) -> dict[str, np.ndarray]:
     if cap > 0:
         scores = cap * np.tanh(scores / cap)
     if "mask" in a:
-        scores = scores + a["mask"]  # broadcast from its own shape
+        mask = a["mask"]  # broadcast from its own shape
+        if attrs.get("bool_mask", 0):  # a keep mask: PyTorch's boolean mask as 1 and 0
+            mask = np.where(mask != 0, 0.0, -np.inf)
+        scores = scores + mask
     if attrs.get("causal", 0):
         i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
         scores = np.where(j > i, -np.inf, scores)  # top-left aligned, as PyTorch's is_causal
@@ -127,6 +130,10 @@ _ATTENTION_CASES = (
     _attn(1, 4, 17, 70, 64, 64, hk=1, mask=(4, 1, 70), scale=0.3, causal=1, softcap=5.0),
     _attn(1, 4, 70, 130, 64, 40, hk=2, mask=(70, 1), scale=0.125, causal=1),  # a query mask
     _attn(1, 2, 130, 67, 32, 17, mask=(2, 130, 67), scale=0.2),
+    # keep masks (a boolean mask, as 1 and 0): the domain's zeros mask out, a row of them too
+    _attn(2, 3, 7, 13, 5, 11, mask=(2, 3, 7, 13), scale=0.4, bool_mask=1),
+    _attn(1, 4, 70, 130, 64, 64, hk=2, mask=(70, 130), scale=0.125, causal=1, bool_mask=1),
+    _attn(1, 2, 37, 300, 64, 40, mask=(1, 300), scale=0.5, softcap=3.0, bool_mask=1),
     _attn(0, 2, 5, 5, 8, 8, scale=0.5),  # B = 0
     _attn(1, 1, 4, 0, 8, 8, scale=0.5),  # SK = 0: zeros
 )

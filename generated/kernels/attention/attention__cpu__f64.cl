@@ -25,7 +25,8 @@ __kernel void attention__cpu__f64(
     const int mask_s3,
     const int causal,
     const double scale,
-    const double softcap
+    const double softcap,
+    const int bool_mask
 )
 {
     const int i0_ = get_global_id(0) * 4;
@@ -124,7 +125,7 @@ __kernel void attention__cpu__f64(
             if (softcap > 0) {
                 s_ = softcap * tanh(s_ / softcap);
             }
-            s_ += (ACC_)mask[mo0_ + (size_t)(j_) * mask_s3];
+            s_ += (bool_mask ? (((ACC_)mask[mo0_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo0_ + (size_t)(j_) * mask_s3]));
             if (s_ > -INFINITY) {
                 if (s_ > m0_) {
                     a0_ = exp(m0_ - s_);
@@ -141,7 +142,7 @@ __kernel void attention__cpu__f64(
             if (softcap > 0) {
                 s_ = softcap * tanh(s_ / softcap);
             }
-            s_ += (ACC_)mask[mo1_ + (size_t)(j_) * mask_s3];
+            s_ += (bool_mask ? (((ACC_)mask[mo1_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo1_ + (size_t)(j_) * mask_s3]));
             if (s_ > -INFINITY) {
                 if (s_ > m1_) {
                     a1_ = exp(m1_ - s_);
@@ -158,7 +159,7 @@ __kernel void attention__cpu__f64(
             if (softcap > 0) {
                 s_ = softcap * tanh(s_ / softcap);
             }
-            s_ += (ACC_)mask[mo2_ + (size_t)(j_) * mask_s3];
+            s_ += (bool_mask ? (((ACC_)mask[mo2_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo2_ + (size_t)(j_) * mask_s3]));
             if (s_ > -INFINITY) {
                 if (s_ > m2_) {
                     a2_ = exp(m2_ - s_);
@@ -175,7 +176,7 @@ __kernel void attention__cpu__f64(
             if (softcap > 0) {
                 s_ = softcap * tanh(s_ / softcap);
             }
-            s_ += (ACC_)mask[mo3_ + (size_t)(j_) * mask_s3];
+            s_ += (bool_mask ? (((ACC_)mask[mo3_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo3_ + (size_t)(j_) * mask_s3]));
             if (s_ > -INFINITY) {
                 if (s_ > m3_) {
                     a3_ = exp(m3_ - s_);

@@ -95,7 +95,8 @@ __kernel void attention__cpu_flash64__f64__pack_kv(
     const int DV,
     const int causal,
     const double scale,
-    const double softcap
+    const double softcap,
+    const int bool_mask
 )
 {
     const int p_ = get_global_id(0);
@@ -152,7 +153,8 @@ __kernel void attention__cpu_flash64__f64__compute(
     const int mask_s3,
     const int causal,
     const double scale,
-    const double softcap
+    const double softcap,
+    const int bool_mask
 )
 {
     const int i0_ = get_global_id(0) * 6;
@@ -206,9 +208,9 @@ __kernel void attention__cpu_flash64__f64__compute(
     double8 l5_ = 0;  /* the running sum, lane by lane */
     const int nk_ = causal ? min(i0_ + rows_, SK) : SK;
     const int ms3_ = mask_s3;
-    /* 0: the mask is one finite value (all strides 0, SK > 0: one element), added to every
-       score of a row it changes nothing */
-    const int madd_ = (mask_s0 | mask_s1 | mask_s2 | ms3_) != 0 || SK == 0 || !(mask[0] > -INFINITY);
+    /* 0: the mask is one element (all strides 0, SK > 0) that adds a finite value to every
+       score: the softmax does not change */
+    const int madd_ = (mask_s0 | mask_s1 | mask_s2 | ms3_) != 0 || SK == 0 || !((bool_mask ? ((mask[0]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[0])) > -INFINITY);
     const long8 iota_ = (long8)(0, 1, 2, 3, 4, 5, 6, 7);
     double8 pv_[12];  /* the block's probabilities, row by row, read back by lane */
     double8 mv_[2];  /* a mask row gathered element by element */
@@ -258,16 +260,16 @@ __kernel void attention__cpu_flash64__f64__compute(
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
             } else if (ms3_ == 0) {
-                const ACC_ mk_ = mask[mo0_];
+                const ACC_ mk_ = (bool_mask ? ((mask[mo0_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo0_]));
                 s0_0_ += mk_;
                 s0_1_ += mk_;
             } else if (ms3_ == 1 && j0_ + 16 <= SK) {
-                s0_0_ += *(__global const VU_*)(mask + mo0_ + j0_ + 0);
-                s0_1_ += *(__global const VU_*)(mask + mo0_ + j0_ + 8);
+                s0_0_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo0_ + j0_ + 0)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo0_ + j0_ + 0)));
+                s0_1_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo0_ + j0_ + 8)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo0_ + j0_ + 8)));
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
                 for (int jj_ = 0; jj_ < 16; ++jj_) {
-                    mrow_[jj_] = j0_ + jj_ < SK ? mask[mo0_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
+                    mrow_[jj_] = j0_ + jj_ < SK ? (bool_mask ? ((mask[mo0_ + (size_t)(j0_ + jj_) * ms3_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo0_ + (size_t)(j0_ + jj_) * ms3_])) : (ACC_)0;
                 }
                 s0_0_ += mv_[0];
                 s0_1_ += mv_[1];
@@ -298,16 +300,16 @@ __kernel void attention__cpu_flash64__f64__compute(
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
             } else if (ms3_ == 0) {
-                const ACC_ mk_ = mask[mo1_];
+                const ACC_ mk_ = (bool_mask ? ((mask[mo1_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo1_]));
                 s1_0_ += mk_;
                 s1_1_ += mk_;
             } else if (ms3_ == 1 && j0_ + 16 <= SK) {
-                s1_0_ += *(__global const VU_*)(mask + mo1_ + j0_ + 0);
-                s1_1_ += *(__global const VU_*)(mask + mo1_ + j0_ + 8);
+                s1_0_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo1_ + j0_ + 0)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo1_ + j0_ + 0)));
+                s1_1_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo1_ + j0_ + 8)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo1_ + j0_ + 8)));
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
                 for (int jj_ = 0; jj_ < 16; ++jj_) {
-                    mrow_[jj_] = j0_ + jj_ < SK ? mask[mo1_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
+                    mrow_[jj_] = j0_ + jj_ < SK ? (bool_mask ? ((mask[mo1_ + (size_t)(j0_ + jj_) * ms3_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo1_ + (size_t)(j0_ + jj_) * ms3_])) : (ACC_)0;
                 }
                 s1_0_ += mv_[0];
                 s1_1_ += mv_[1];
@@ -338,16 +340,16 @@ __kernel void attention__cpu_flash64__f64__compute(
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
             } else if (ms3_ == 0) {
-                const ACC_ mk_ = mask[mo2_];
+                const ACC_ mk_ = (bool_mask ? ((mask[mo2_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo2_]));
                 s2_0_ += mk_;
                 s2_1_ += mk_;
             } else if (ms3_ == 1 && j0_ + 16 <= SK) {
-                s2_0_ += *(__global const VU_*)(mask + mo2_ + j0_ + 0);
-                s2_1_ += *(__global const VU_*)(mask + mo2_ + j0_ + 8);
+                s2_0_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo2_ + j0_ + 0)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo2_ + j0_ + 0)));
+                s2_1_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo2_ + j0_ + 8)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo2_ + j0_ + 8)));
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
                 for (int jj_ = 0; jj_ < 16; ++jj_) {
-                    mrow_[jj_] = j0_ + jj_ < SK ? mask[mo2_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
+                    mrow_[jj_] = j0_ + jj_ < SK ? (bool_mask ? ((mask[mo2_ + (size_t)(j0_ + jj_) * ms3_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo2_ + (size_t)(j0_ + jj_) * ms3_])) : (ACC_)0;
                 }
                 s2_0_ += mv_[0];
                 s2_1_ += mv_[1];
@@ -378,16 +380,16 @@ __kernel void attention__cpu_flash64__f64__compute(
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
             } else if (ms3_ == 0) {
-                const ACC_ mk_ = mask[mo3_];
+                const ACC_ mk_ = (bool_mask ? ((mask[mo3_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo3_]));
                 s3_0_ += mk_;
                 s3_1_ += mk_;
             } else if (ms3_ == 1 && j0_ + 16 <= SK) {
-                s3_0_ += *(__global const VU_*)(mask + mo3_ + j0_ + 0);
-                s3_1_ += *(__global const VU_*)(mask + mo3_ + j0_ + 8);
+                s3_0_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo3_ + j0_ + 0)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo3_ + j0_ + 0)));
+                s3_1_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo3_ + j0_ + 8)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo3_ + j0_ + 8)));
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
                 for (int jj_ = 0; jj_ < 16; ++jj_) {
-                    mrow_[jj_] = j0_ + jj_ < SK ? mask[mo3_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
+                    mrow_[jj_] = j0_ + jj_ < SK ? (bool_mask ? ((mask[mo3_ + (size_t)(j0_ + jj_) * ms3_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo3_ + (size_t)(j0_ + jj_) * ms3_])) : (ACC_)0;
                 }
                 s3_0_ += mv_[0];
                 s3_1_ += mv_[1];
@@ -418,16 +420,16 @@ __kernel void attention__cpu_flash64__f64__compute(
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
             } else if (ms3_ == 0) {
-                const ACC_ mk_ = mask[mo4_];
+                const ACC_ mk_ = (bool_mask ? ((mask[mo4_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo4_]));
                 s4_0_ += mk_;
                 s4_1_ += mk_;
             } else if (ms3_ == 1 && j0_ + 16 <= SK) {
-                s4_0_ += *(__global const VU_*)(mask + mo4_ + j0_ + 0);
-                s4_1_ += *(__global const VU_*)(mask + mo4_ + j0_ + 8);
+                s4_0_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo4_ + j0_ + 0)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo4_ + j0_ + 0)));
+                s4_1_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo4_ + j0_ + 8)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo4_ + j0_ + 8)));
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
                 for (int jj_ = 0; jj_ < 16; ++jj_) {
-                    mrow_[jj_] = j0_ + jj_ < SK ? mask[mo4_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
+                    mrow_[jj_] = j0_ + jj_ < SK ? (bool_mask ? ((mask[mo4_ + (size_t)(j0_ + jj_) * ms3_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo4_ + (size_t)(j0_ + jj_) * ms3_])) : (ACC_)0;
                 }
                 s4_0_ += mv_[0];
                 s4_1_ += mv_[1];
@@ -458,16 +460,16 @@ __kernel void attention__cpu_flash64__f64__compute(
             if (!madd_) {
                 /* one finite value for every score: the softmax does not change */
             } else if (ms3_ == 0) {
-                const ACC_ mk_ = mask[mo5_];
+                const ACC_ mk_ = (bool_mask ? ((mask[mo5_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo5_]));
                 s5_0_ += mk_;
                 s5_1_ += mk_;
             } else if (ms3_ == 1 && j0_ + 16 <= SK) {
-                s5_0_ += *(__global const VU_*)(mask + mo5_ + j0_ + 0);
-                s5_1_ += *(__global const VU_*)(mask + mo5_ + j0_ + 8);
+                s5_0_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo5_ + j0_ + 0)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo5_ + j0_ + 0)));
+                s5_1_ += (bool_mask ? (((double8)*(__global const VU_*)(mask + mo5_ + j0_ + 8)) != (double8)0 ? (double8)0 : (double8)(-INFINITY)) : ((double8)*(__global const VU_*)(mask + mo5_ + j0_ + 8)));
             } else {
                 ACC_* mrow_ = (ACC_*)mv_;
                 for (int jj_ = 0; jj_ < 16; ++jj_) {
-                    mrow_[jj_] = j0_ + jj_ < SK ? mask[mo5_ + (size_t)(j0_ + jj_) * ms3_] : (ACC_)0;
+                    mrow_[jj_] = j0_ + jj_ < SK ? (bool_mask ? ((mask[mo5_ + (size_t)(j0_ + jj_) * ms3_]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[mo5_ + (size_t)(j0_ + jj_) * ms3_])) : (ACC_)0;
                 }
                 s5_0_ += mv_[0];
                 s5_1_ += mv_[1];

@@ -25,7 +25,8 @@ __kernel void attention__generic__f64(
     const int mask_s3,
     const int causal,
     const double scale,
-    const double softcap
+    const double softcap,
+    const int bool_mask
 )
 {
     const int i_ = get_global_id(0);
@@ -56,7 +57,7 @@ __kernel void attention__generic__f64(
             if (softcap > 0) {
                 s_ = softcap * tanh(s_ / softcap);
             }
-            s_ += (ACC_)mask[mo_ + (size_t)(j_) * mask_s3];
+            s_ += (bool_mask ? (((ACC_)mask[mo_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo_ + (size_t)(j_) * mask_s3]));
         m_ = s_ > m_ ? s_ : m_;
     }
     for (int d0_ = 0; d0_ < DV; d0_ += DC_) {
@@ -77,7 +78,7 @@ __kernel void attention__generic__f64(
             if (softcap > 0) {
                 s_ = softcap * tanh(s_ / softcap);
             }
-            s_ += (ACC_)mask[mo_ + (size_t)(j_) * mask_s3];
+            s_ += (bool_mask ? (((ACC_)mask[mo_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo_ + (size_t)(j_) * mask_s3]));
             const ACC_ p_ = exp(s_ - m_);
             l_ += p_;
             for (int c_ = 0; c_ < DC_ && d0_ + c_ < DV; ++c_) {

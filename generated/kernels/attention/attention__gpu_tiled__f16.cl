@@ -24,7 +24,8 @@ __kernel void attention__gpu_tiled__f16(
     const int mask_s3,
     const int causal,
     const float scale,
-    const float softcap
+    const float softcap,
+    const int bool_mask
 )
 {
     __local ACC_ kt_[16][128];
@@ -70,7 +71,7 @@ __kernel void attention__gpu_tiled__f16(
                 if (softcap > 0) {
                 s_ = softcap * tanh(s_ / softcap);
             }
-            s_ += vload_half((size_t)(mo_ + (size_t)(j0_ + jj_) * mask_s3), mask);
+            s_ += (bool_mask ? ((vload_half((size_t)(mo_ + (size_t)(j0_ + jj_) * mask_s3), mask)) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (vload_half((size_t)(mo_ + (size_t)(j0_ + jj_) * mask_s3), mask)));
                 if (s_ > -INFINITY) {
                     ACC_ a_ = 1;
                     if (s_ > m_) {
