@@ -1,5 +1,5 @@
-"""conv2d and attention: eager calls against NumPy (both conv layouts, NumPy and device arrays),
-bad calls, and the dispatcher's choice on each shipped device profile."""
+"""conv2d: eager calls against NumPy (both layouts, NumPy and device arrays), bad calls, and the
+dispatcher's choice on each shipped device profile (attention's are in test_ops_attention.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from generator.references import expected
 from generator.registry import loader as registry_mod
 
 REG = registry_mod.default()
-ATTENTION = REG.op("attention")
 UNKNOWN = DeviceProfile(
     "Mystery Accelerator", "unknown", "accelerator", None, (), 0, "global", 64, 1
 )
@@ -158,21 +157,6 @@ F = np.float32
             "conv2d: dim K is 1 in w (shape (1, 1, 3, 3)) but 2 in bias (shape (2,)); one name "
             "means one size",
         ),
-        (
-            lambda: ops.attention(*(np.ones((1, 2, 3, 4), F),) * 3, causal=2),
-            "attention: causal must be 0 or 1 (causal == 0 or causal == 1 is false for causal=2)",
-        ),
-        (
-            lambda: ops.attention(
-                np.ones((1, 2, 3, 4), F), np.ones((2, 3, 4), F), np.ones((1, 2, 3, 4), F)
-            ),
-            "attention: inputs must all be (B, H, S, D) or all (B, S, D); got q (1, 2, 3, 4), "
-            "k (2, 3, 4), v (1, 2, 3, 4)",
-        ),
-        (
-            lambda: ops.attention(*(np.ones((1, 2, 3, 4)),) * 3),
-            "attention: dtype f64 is not supported (supported: f32)",
-        ),
     ],
 )
 def test_bad_calls(call, message: str) -> None:
@@ -181,53 +165,9 @@ def test_bad_calls(call, message: str) -> None:
     assert str(err.value) == message
 
 
-# --- attention -----------------------------------------------------------------------------
-
-
-def _attn_inputs(b, h, sq, sk, d, dv):
-    lead = (b, h) if h else (b,)
-    return tuple(
-        rng.standard_normal((*lead, s, n)).astype(np.float32)
-        for s, n in ((sq, d), (sk, d), (sk, dv))
-    )
-
-
-@pytest.mark.parametrize("causal", [0, 1])
-@pytest.mark.parametrize(
-    ("sq", "sk", "d", "dv"), [(7, 13, 5, 11), (19, 6, 16, 8), (40, 40, 64, 64)]
-)
-def test_attention_matches_numpy(causal, sq, sk, d, dv) -> None:
-    q, k, v = _attn_inputs(2, 3, sq, sk, d, dv)
-    want = expected(ATTENTION, {"q": q, "k": k, "v": v}, {"causal": causal, "scale": d**-0.5})
-    np.testing.assert_allclose(
-        ops.attention(q, k, v, causal=causal), want["o"], rtol=1e-4, atol=1e-5
-    )
-    want = expected(ATTENTION, {"q": q, "k": k, "v": v}, {"causal": causal, "scale": 0.3})
-    got = ops.attention(q, k, v, causal=causal, scale=0.3)
-    np.testing.assert_allclose(got, want["o"], rtol=1e-4, atol=1e-5)
-
-
-def test_attention_without_heads_on_device_and_empty() -> None:
-    q, k, v = _attn_inputs(3, 0, 9, 4, 6, 5)
-    want = expected(ATTENTION, {"q": q[:, None], "k": k[:, None], "v": v[:, None]}, {})["o"]
-    got = ops.attention(q, k, v)
-    assert got.shape == (3, 9, 5)
-    np.testing.assert_allclose(got, want[:, 0], rtol=1e-4, atol=1e-5)
-    queue = dispatcher().runtime.queue
-    dev = ops.attention(*(cla.to_device(queue, a) for a in (q, k, v)))
-    assert isinstance(dev, cla.Array) and dev.shape == (3, 9, 5)
-    np.testing.assert_allclose(dev.get(), want[:, 0], rtol=1e-4, atol=1e-5)
-    assert ops.attention(*_attn_inputs(0, 2, 5, 5, 8, 8)).shape == (0, 2, 5, 8)
-    # large scores: the softmax subtracts the row max and does not overflow
-    q, k, v = (a * 30 for a in _attn_inputs(1, 1, 5, 7, 4, 3))
-    got = ops.attention(q, k, v, scale=1.0)
-    assert np.isfinite(got).all()
-
-
 # --- the dispatcher's choice on each shipped profile ----------------------------------------
 
 CONV_DIMS = {"N": 1, "C": 8, "H": 16, "W": 16, "K": 8, "CG": 8, "R": 3, "S": 3}
-ATTN_DIMS = {"B": 1, "H": 4, "SQ": 128, "SK": 128, "D": 64, "DV": 64}
 
 
 def _chosen(profile, op, dtype="f32", layouts=None, dims=None) -> str | None:
@@ -236,23 +176,22 @@ def _chosen(profile, op, dtype="f32", layouts=None, dims=None) -> str | None:
 
 
 @pytest.mark.parametrize(
-    ("profile", "conv", "conv_f16", "attn"),
+    ("profile", "conv", "conv_f16"),
     [
-        ("nvidia-h100", "gpu_tiled", "generic", "gpu_tiled"),  # the H100 profile lacks fp16
-        ("amd-mi250x", "gpu_tiled", "generic_half", "gpu_tiled"),
-        ("intel-max-1100", "gpu_tiled", "generic_half", "gpu_tiled"),
-        ("pocl-cpu", "cpu_packed", "generic", "cpu"),
-        (UNKNOWN, "generic", "generic", "generic"),
+        ("nvidia-h100", "gpu_tiled", "generic"),  # the H100 profile lacks fp16
+        ("amd-mi250x", "gpu_tiled", "generic_half"),
+        ("intel-max-1100", "gpu_tiled", "generic_half"),
+        ("pocl-cpu", "cpu_packed", "generic"),
+        (UNKNOWN, "generic", "generic"),
     ],
 )
-def test_choice_on_each_profile(profile, conv: str, conv_f16: str, attn: str) -> None:
+def test_choice_on_each_profile(profile, conv: str, conv_f16: str) -> None:
     p = find_profile(profile) if isinstance(profile, str) else profile
     for lay in ("row", "nhwc"):
         got = _chosen(p, "conv2d", layouts={"x": lay, "y": lay}, dims=CONV_DIMS)
         assert got == f"conv2d__{conv}__f32__x_{lay}__y_{lay}"
     got = _chosen(p, "conv2d", "f16", {"x": "nhwc"}, CONV_DIMS)  # y follows x
     assert got == f"conv2d__{conv_f16}__f16__x_nhwc__y_nhwc"
-    assert _chosen(p, "attention", dims=ATTN_DIMS) == f"attention__{attn}__f32"
 
 
 def test_grouped_convolutions_take_the_direct_cpu_kernel() -> None:
@@ -260,8 +199,3 @@ def test_grouped_convolutions_take_the_direct_cpu_kernel() -> None:
     p = find_profile("pocl-cpu")
     grouped = {**CONV_DIMS, "groups": 2, "CG": CONV_DIMS["C"] // 2}
     assert _chosen(p, "conv2d", dims=grouped) == "conv2d__cpu__f32__x_row__y_row"
-
-
-def test_attention_head_dims_past_the_gpu_tile_fall_back() -> None:
-    dims = {**ATTN_DIMS, "D": 256}
-    assert _chosen(find_profile("nvidia-h100"), "attention", dims=dims) == "attention__generic__f32"

@@ -3,12 +3,13 @@ dims and back. A spec names one with `call:`; the names are in conventions_names
 
 from __future__ import annotations
 
+from generator.conventions.attention import Attention
 from generator.conventions.base import Canonical, Convention, PyParam
 from generator.conventions.indexing import AlongAxis, Embedding
 from generator.conventions.joining import Concat
 from generator.conventions.linalg import Gemm, Matmul, Permute
 from generator.conventions.names import CONVENTION_NAMES
-from generator.conventions.nn import Attention, Channels, Conv2d, Pool2d
+from generator.conventions.nn import Channels, Conv2d, Pool2d
 from generator.conventions.shape import Axis, Broadcast, Direct, Flat, Trailing
 
 CONVENTIONS: dict[str, Convention] = {

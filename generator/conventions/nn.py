@@ -1,11 +1,10 @@
 """The neural-network conventions: conv2d (NCHW or NHWC arrays, PyTorch-style stride, padding
-and dilation), attention (with or without a heads axis, scale 1/sqrt(D) by default) and
-channels (PyTorch's (N, C, *) arrays with per-channel vectors, for batch_norm)."""
+and dilation) and channels (PyTorch's (N, C, *) arrays with per-channel vectors, for
+batch_norm); attention's is in attention.py."""
 
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from typing import Any
 
@@ -93,55 +92,6 @@ class Conv2d(Convention):
             return {**outs, y: outs[y].transpose((0, 2, 3, 1))}
 
         return Canonical(arrays, attrs, finish)
-
-
-class Attention(Convention):
-    name = "attention"
-    doc = (
-        "q, k, v are (B, H, S, D) or, without heads, (B, S, D), all of one rank; the output "
-        "takes that rank; scale defaults to 1 / sqrt(D)"
-    )
-
-    def params(self, op: OpSig) -> tuple[PyParam, ...]:
-        return (PyParam("scale", "float | None", "None"),)
-
-    def supplies(self, op: OpSig) -> tuple[str, ...]:
-        return ("scale",)
-
-    def problems(self, op: OpSig) -> list[str]:
-        out = []
-        if any(len(t.shape) != 4 for t in op.inputs + op.outputs):
-            out.append("call: attention needs 4-d inputs and outputs [B, H, S, D]")
-        if not any(a.name == "scale" and a.type == "float" for a in op.attrs):
-            out.append("call: attention needs a float attribute scale")
-        return out
-
-    def canonical(
-        self, op: OpSig, inputs: Mapping[str, Any], options: Mapping[str, Any]
-    ) -> Canonical:
-        arrays = {k: array_of(op, k, v) for k, v in inputs.items() if v is not None}
-        ranks = {a.ndim for a in arrays.values()}
-        if len(ranks) != 1 or not ranks <= {3, 4}:
-            shown = ", ".join(f"{k} {tuple(a.shape)}" for k, a in arrays.items())
-            raise CallError(
-                f"{op.name}: inputs must all be (B, H, S, D) or all (B, S, D); got {shown}"
-            )
-        q = arrays[op.inputs[0].name]
-        scale = options.get("scale")
-        if scale is None:
-            d = q.shape[-1]
-            scale = 1.0 / math.sqrt(d) if d else 1.0  # D = 0: every score is 0 anyway
-        elif isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-            raise CallError(f"{op.name}: scale must be a number, got {scale!r}")
-        attrs = {"scale": float(scale)}
-        if ranks == {4}:
-            return Canonical(arrays, attrs)
-        headed = {k: reshape(op, k, a, (a.shape[0], 1, *a.shape[1:])) for k, a in arrays.items()}
-
-        def finish(outs: dict[str, Any]) -> dict[str, Any]:
-            return {k: v.reshape((v.shape[0], *v.shape[2:])) for k, v in outs.items()}
-
-        return Canonical(headed, attrs, finish)
 
 
 class Channels(Convention):

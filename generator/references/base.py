@@ -28,7 +28,10 @@ class Reference:
     # per input: "normal" (standard normal), "nonzero" (|v| in [0.5, 2]), "positive",
     # "small" (|v| <= 3, for pow), "index" (non-negative ints), "cast" (values that probe
     # conversions: halfway cases, beyond the i32 and f16 ranges, NaN, infinities, any i32),
-    # "mask" (-1, 0 or 1: a condition), "index_of:DIM" (indices into an axis of size DIM:
+    # "mask" (-1, 0 or 1: a condition), "attn_mask" (an attention mask: normal values, along
+    # the last axis a fifth -inf and a fifth 0, the last row all -inf and the one before all 0,
+    # so that an additive mask and a keep mask both mask out keys and whole rows),
+    # "index_of:DIM" (indices into an axis of size DIM:
     # [0, DIM); "index_of:DIM:signed": [-DIM, DIM)), which `domain_of` resolves with the
     # case's sizes into "below:N" / "below:N:signed" for make_input
     domains: Mapping[str, str] = field(default_factory=dict)
@@ -63,6 +66,15 @@ def make_input(
         v = 0.1 + np.abs(v)
     elif domain == "small":
         v = np.clip(v, -3, 3)
+    elif domain == "attn_mask" and v.ndim >= 2:
+        if shape[-1] > 1:
+            draw = rng.random(shape)
+            v[draw < 0.2] = -np.inf  # keys an additive mask masks out
+            v[draw > 0.8] = 0.0  # keys a keep mask masks out
+        if shape[-2] > 1:
+            v[..., -1, :] = -np.inf  # a query that sees no key: its output row is zeros
+        if shape[-2] > 2:
+            v[..., -2, :] = 0.0  # the same for a keep mask
     return v.astype(dtype)
 
 

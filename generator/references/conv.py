@@ -46,18 +46,34 @@ def _conv2d(a: Arrays, attrs: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def _attention(a: Arrays, attrs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """PyTorch's scaled_dot_product_attention, written out: query head h reads kv head
+    h // (H / HK) (repeat_interleave), scores scaled, soft-capped, the mask added (with
+    bool_mask, a keep mask: -inf where it is 0), causal keys set to -inf; a row whose every
+    score is -inf gives zeros (PyTorch's _safe_softmax)."""
     q, k, v = a["q"], a["k"], a["v"]
     sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
     scale = attrs.get("scale", 1.0 / np.sqrt(d) if d else 1.0)
     out = np.zeros((*q.shape[:3], v.shape[3]))
     if sk == 0 or out.size == 0:
         return {"o": out}
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
     scores = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    cap = attrs.get("softcap", 0.0)
+    if cap > 0:
+        scores = cap * np.tanh(scores / cap)
+    if "mask" in a:
+        mask = a["mask"]  # broadcast from its own shape
+        if attrs.get("bool_mask", 0):  # a keep mask: PyTorch's boolean mask as 1 and 0
+            mask = np.where(mask != 0, 0.0, -np.inf)
+        scores = scores + mask
     if attrs.get("causal", 0):
         i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
         scores = np.where(j > i, -np.inf, scores)  # top-left aligned, as PyTorch's is_causal
-    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return {"o": np.einsum("bhij,bhjd->bhid", e / e.sum(axis=-1, keepdims=True), v)}
+    masked = np.isneginf(scores).all(axis=-1, keepdims=True)
+    e = np.exp(scores - np.where(masked, 0.0, scores.max(axis=-1, keepdims=True)))
+    p = np.where(masked, 0.0, e / np.where(masked, 1.0, e.sum(axis=-1, keepdims=True)))
+    return {"o": np.einsum("bhij,bhjd->bhid", p, v)}
 
 
 def _conv(n: int, c: int, h: int, w: int, k: int, r: int, s: int, **attrs: int) -> Case:
@@ -82,26 +98,51 @@ _CONV_CASES = (
 )
 
 
-def _attn(b: int, h: int, sq: int, sk: int, d: int, dv: int, **attrs: float) -> Case:
-    return Case({"B": b, "H": h, "SQ": sq, "SK": sk, "D": d, "DV": dv}, attrs=attrs)
+def _attn(
+    b: int,
+    h: int,
+    sq: int,
+    sk: int,
+    d: int,
+    dv: int,
+    hk: int | None = None,
+    mask: tuple[int, ...] = (1, 1, 1, 1),
+    **attrs: float,
+) -> Case:
+    """A case; `mask`: the additive mask's shape, 2-d to 4-d (broadcast to [B, H, SQ, SK];
+    the default, one element, is what an eager call without a mask passes)."""
+    dims = {"B": b, "H": h, "HK": h if hk is None else hk, "SQ": sq, "SK": sk, "D": d, "DV": dv}
+    return Case(dims, {"mask": (1,) * (4 - len(mask)) + mask}, attrs)
 
 
 _ATTENTION_CASES = (
     _attn(1, 1, 1, 1, 1, 1),
-    _attn(2, 3, 7, 13, 5, 11, scale=0.4),  # SQ != SK, D not a multiple of 8
-    _attn(2, 3, 7, 13, 5, 11, scale=0.4, causal=1),
-    _attn(1, 2, 19, 5, 16, 8, scale=0.25, causal=1),  # SQ > SK: rows past SK see every key
+    _attn(2, 3, 7, 13, 5, 11, mask=(2, 3, 7, 13), scale=0.4),  # SQ != SK, D no multiple of 8
+    _attn(2, 3, 7, 13, 5, 11, mask=(7, 13), scale=0.4, causal=1),
+    _attn(1, 2, 19, 5, 16, 8, mask=(1, 5), scale=0.25, causal=1),  # SQ > SK; a key mask
     _attn(1, 1, 33, 1, 9, 3, scale=0.3),  # SK = 1
     _attn(1, 2, 37, 300, 64, 64, scale=0.125),  # a long softmax, vector-width head dims
     _attn(1, 2, 37, 300, 64, 64, scale=0.125, causal=1),
+    _attn(1, 2, 37, 300, 64, 64, mask=(37, 300), scale=0.5, softcap=3.0),
     _attn(1, 1, 6, 6, 3, 17, scale=20.0),  # large scores: the max subtraction matters
+    _attn(1, 1, 6, 6, 3, 17, scale=20.0, softcap=2.5),
+    _attn(2, 6, 29, 45, 24, 20, hk=2, mask=(2, 1, 29, 45), scale=0.2),  # grouped heads
+    _attn(1, 4, 17, 70, 64, 64, hk=1, mask=(4, 1, 70), scale=0.3, causal=1, softcap=5.0),
+    _attn(1, 4, 70, 130, 64, 40, hk=2, mask=(70, 1), scale=0.125, causal=1),  # a query mask
+    _attn(1, 2, 130, 67, 32, 17, mask=(2, 130, 67), scale=0.2),
+    # keep masks (a boolean mask, as 1 and 0): the domain's zeros mask out, a row of them too
+    _attn(2, 3, 7, 13, 5, 11, mask=(2, 3, 7, 13), scale=0.4, bool_mask=1),
+    _attn(1, 4, 70, 130, 64, 64, hk=2, mask=(70, 130), scale=0.125, causal=1, bool_mask=1),
+    _attn(1, 2, 37, 300, 64, 40, mask=(1, 300), scale=0.5, softcap=3.0, bool_mask=1),
     _attn(0, 2, 5, 5, 8, 8, scale=0.5),  # B = 0
     _attn(1, 1, 4, 0, 8, 8, scale=0.5),  # SK = 0: zeros
 )
 
 REFERENCES: dict[str, Reference] = {
     "conv2d": Reference(_conv2d, cases=_CONV_CASES, reduce="CG"),
-    "attention": Reference(_attention, cases=_ATTENTION_CASES, reduce="SK"),
+    "attention": Reference(
+        _attention, domains={"mask": "attn_mask"}, cases=_ATTENTION_CASES, reduce="SK"
+    ),
 }
 
 

@@ -9,28 +9,41 @@ __kernel void attention__cpu__f32(
     __global const float* restrict q,
     __global const float* restrict k,
     __global const float* restrict v,
+    __global const float* restrict mask,
     __global float* restrict o,
     const int B,
     const int H,
+    const int HK,
     const int SQ,
     const int SK,
     const int D,
     const int DV,
+    const int mask_s0,
+    const int mask_s1,
+    const int mask_s2,
+    const int mask_s3,
     const int causal,
-    const float scale
+    const float scale,
+    const float softcap,
+    const int bool_mask
 )
 {
     const int i0_ = get_global_id(0) * 4;
     const int bh_ = get_global_id(1);
+    const int b_ = (bh_) / H;
+    const int h_ = (bh_) % H;
+    const int kvh_ = b_ * HK + h_ / (H / HK);
+
     const int rows_ = min(4, SQ - i0_);
     const int d8_ = D / 8 * 8;
     const int dv8_ = DV / 8 * 8;
-    __global const T_* kmat_ = k + (size_t)bh_ * SK * D;
-    __global const T_* vmat_ = v + (size_t)bh_ * SK * DV;
+    __global const T_* kmat_ = k + (size_t)kvh_ * SK * D;
+    __global const T_* vmat_ = v + (size_t)kvh_ * SK * DV;
     /* row 0; rows past SQ alias the last row and are never written */
     const int qi0_ = i0_ + min(0, rows_ - 1);
     __global const T_* q0_ = q + ((size_t)bh_ * SQ + qi0_) * D;
     __global T_* o0_ = o + ((size_t)bh_ * SQ + qi0_) * DV;
+    const size_t mo0_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi0_) * mask_s2);
     const int lim0_ = 0 < rows_ ? (causal ? min(qi0_ + 1, SK) : SK) : 0;
     ACC_ m0_ = -INFINITY;
     ACC_ l0_ = 0;
@@ -43,6 +56,7 @@ __kernel void attention__cpu__f32(
     const int qi1_ = i0_ + min(1, rows_ - 1);
     __global const T_* q1_ = q + ((size_t)bh_ * SQ + qi1_) * D;
     __global T_* o1_ = o + ((size_t)bh_ * SQ + qi1_) * DV;
+    const size_t mo1_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi1_) * mask_s2);
     const int lim1_ = 1 < rows_ ? (causal ? min(qi1_ + 1, SK) : SK) : 0;
     ACC_ m1_ = -INFINITY;
     ACC_ l1_ = 0;
@@ -55,6 +69,7 @@ __kernel void attention__cpu__f32(
     const int qi2_ = i0_ + min(2, rows_ - 1);
     __global const T_* q2_ = q + ((size_t)bh_ * SQ + qi2_) * D;
     __global T_* o2_ = o + ((size_t)bh_ * SQ + qi2_) * DV;
+    const size_t mo2_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi2_) * mask_s2);
     const int lim2_ = 2 < rows_ ? (causal ? min(qi2_ + 1, SK) : SK) : 0;
     ACC_ m2_ = -INFINITY;
     ACC_ l2_ = 0;
@@ -67,6 +82,7 @@ __kernel void attention__cpu__f32(
     const int qi3_ = i0_ + min(3, rows_ - 1);
     __global const T_* q3_ = q + ((size_t)bh_ * SQ + qi3_) * D;
     __global T_* o3_ = o + ((size_t)bh_ * SQ + qi3_) * DV;
+    const size_t mo3_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(qi3_) * mask_s2);
     const int lim3_ = 3 < rows_ ? (causal ? min(qi3_ + 1, SK) : SK) : 0;
     ACC_ m3_ = -INFINITY;
     ACC_ l3_ = 0;
@@ -104,46 +120,70 @@ __kernel void attention__cpu__f32(
         ACC_ a0_ = 1;
         ACC_ p0_ = 0;
         if (j_ < lim0_) {
-            const ACC_ s_ = (ds0_ + ((dv0_.s0 + dv0_.s1) + (dv0_.s2 + dv0_.s3)) + ((dv0_.s4 + dv0_.s5) + (dv0_.s6 + dv0_.s7))) * scale;
-            if (s_ > m0_) {
-                a0_ = exp(m0_ - s_);
-                m0_ = s_;
+            ACC_ s_ = (ds0_ + ((dv0_.s0 + dv0_.s1) + (dv0_.s2 + dv0_.s3)) + ((dv0_.s4 + dv0_.s5) + (dv0_.s6 + dv0_.s7))) * scale;
+            if (softcap > 0) {
+                s_ = softcap * tanh(s_ / softcap);
             }
-            p0_ = exp(s_ - m0_);
-            l0_ = l0_ * a0_ + p0_;
+            s_ += (bool_mask ? (((ACC_)mask[mo0_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo0_ + (size_t)(j_) * mask_s3]));
+            if (s_ > -INFINITY) {
+                if (s_ > m0_) {
+                    a0_ = exp(m0_ - s_);
+                    m0_ = s_;
+                }
+                p0_ = exp(s_ - m0_);
+                l0_ = l0_ * a0_ + p0_;
+            }
         }
         ACC_ a1_ = 1;
         ACC_ p1_ = 0;
         if (j_ < lim1_) {
-            const ACC_ s_ = (ds1_ + ((dv1_.s0 + dv1_.s1) + (dv1_.s2 + dv1_.s3)) + ((dv1_.s4 + dv1_.s5) + (dv1_.s6 + dv1_.s7))) * scale;
-            if (s_ > m1_) {
-                a1_ = exp(m1_ - s_);
-                m1_ = s_;
+            ACC_ s_ = (ds1_ + ((dv1_.s0 + dv1_.s1) + (dv1_.s2 + dv1_.s3)) + ((dv1_.s4 + dv1_.s5) + (dv1_.s6 + dv1_.s7))) * scale;
+            if (softcap > 0) {
+                s_ = softcap * tanh(s_ / softcap);
             }
-            p1_ = exp(s_ - m1_);
-            l1_ = l1_ * a1_ + p1_;
+            s_ += (bool_mask ? (((ACC_)mask[mo1_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo1_ + (size_t)(j_) * mask_s3]));
+            if (s_ > -INFINITY) {
+                if (s_ > m1_) {
+                    a1_ = exp(m1_ - s_);
+                    m1_ = s_;
+                }
+                p1_ = exp(s_ - m1_);
+                l1_ = l1_ * a1_ + p1_;
+            }
         }
         ACC_ a2_ = 1;
         ACC_ p2_ = 0;
         if (j_ < lim2_) {
-            const ACC_ s_ = (ds2_ + ((dv2_.s0 + dv2_.s1) + (dv2_.s2 + dv2_.s3)) + ((dv2_.s4 + dv2_.s5) + (dv2_.s6 + dv2_.s7))) * scale;
-            if (s_ > m2_) {
-                a2_ = exp(m2_ - s_);
-                m2_ = s_;
+            ACC_ s_ = (ds2_ + ((dv2_.s0 + dv2_.s1) + (dv2_.s2 + dv2_.s3)) + ((dv2_.s4 + dv2_.s5) + (dv2_.s6 + dv2_.s7))) * scale;
+            if (softcap > 0) {
+                s_ = softcap * tanh(s_ / softcap);
             }
-            p2_ = exp(s_ - m2_);
-            l2_ = l2_ * a2_ + p2_;
+            s_ += (bool_mask ? (((ACC_)mask[mo2_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo2_ + (size_t)(j_) * mask_s3]));
+            if (s_ > -INFINITY) {
+                if (s_ > m2_) {
+                    a2_ = exp(m2_ - s_);
+                    m2_ = s_;
+                }
+                p2_ = exp(s_ - m2_);
+                l2_ = l2_ * a2_ + p2_;
+            }
         }
         ACC_ a3_ = 1;
         ACC_ p3_ = 0;
         if (j_ < lim3_) {
-            const ACC_ s_ = (ds3_ + ((dv3_.s0 + dv3_.s1) + (dv3_.s2 + dv3_.s3)) + ((dv3_.s4 + dv3_.s5) + (dv3_.s6 + dv3_.s7))) * scale;
-            if (s_ > m3_) {
-                a3_ = exp(m3_ - s_);
-                m3_ = s_;
+            ACC_ s_ = (ds3_ + ((dv3_.s0 + dv3_.s1) + (dv3_.s2 + dv3_.s3)) + ((dv3_.s4 + dv3_.s5) + (dv3_.s6 + dv3_.s7))) * scale;
+            if (softcap > 0) {
+                s_ = softcap * tanh(s_ / softcap);
             }
-            p3_ = exp(s_ - m3_);
-            l3_ = l3_ * a3_ + p3_;
+            s_ += (bool_mask ? (((ACC_)mask[mo3_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo3_ + (size_t)(j_) * mask_s3]));
+            if (s_ > -INFINITY) {
+                if (s_ > m3_) {
+                    a3_ = exp(m3_ - s_);
+                    m3_ = s_;
+                }
+                p3_ = exp(s_ - m3_);
+                l3_ = l3_ * a3_ + p3_;
+            }
         }
         for (int d_ = 0; d_ < dv8_; d_ += 8) {
             const ACC8_ vv_ = (ACC8_)(vrow_[(d_) + 0], vrow_[(d_) + 1], vrow_[(d_) + 2], vrow_[(d_) + 3], vrow_[(d_) + 4], vrow_[(d_) + 5], vrow_[(d_) + 6], vrow_[(d_) + 7]);
@@ -208,25 +248,25 @@ __kernel void attention__cpu__f32(
             }
         }
     }
-    if (lim0_ > 0) {
+    if (l0_ > 0) {
         const ACC_ inv0_ = (ACC_)1 / l0_;
         for (int d_ = 0; d_ < DV; ++d_) {
             o0_[d_] *= inv0_;
         }
     }
-    if (lim1_ > 0) {
+    if (l1_ > 0) {
         const ACC_ inv1_ = (ACC_)1 / l1_;
         for (int d_ = 0; d_ < DV; ++d_) {
             o1_[d_] *= inv1_;
         }
     }
-    if (lim2_ > 0) {
+    if (l2_ > 0) {
         const ACC_ inv2_ = (ACC_)1 / l2_;
         for (int d_ = 0; d_ < DV; ++d_) {
             o2_[d_] *= inv2_;
         }
     }
-    if (lim3_ > 0) {
+    if (l3_ > 0) {
         const ACC_ inv3_ = (ACC_)1 / l3_;
         for (int d_ = 0; d_ < DV; ++d_) {
             o3_[d_] *= inv3_;

@@ -4,19 +4,28 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+#define DC_ 32
 __kernel void attention__generic__f32(
     __global const float* restrict q,
     __global const float* restrict k,
     __global const float* restrict v,
+    __global const float* restrict mask,
     __global float* restrict o,
     const int B,
     const int H,
+    const int HK,
     const int SQ,
     const int SK,
     const int D,
     const int DV,
+    const int mask_s0,
+    const int mask_s1,
+    const int mask_s2,
+    const int mask_s3,
     const int causal,
-    const float scale
+    const float scale,
+    const float softcap,
+    const int bool_mask
 )
 {
     const int i_ = get_global_id(0);
@@ -24,10 +33,15 @@ __kernel void attention__generic__f32(
     if (i_ >= SQ || bh_ >= B * H) {
         return;
     }
-    __global const T_* qrow_ = q + ((size_t)bh_ * SQ + i_) * D;
-    __global const T_* kmat_ = k + (size_t)bh_ * SK * D;
-    __global const T_* vmat_ = v + (size_t)bh_ * SK * DV;
-    __global T_* orow_ = o + ((size_t)bh_ * SQ + i_) * DV;
+    const int b_ = (bh_) / H;
+    const int h_ = (bh_) % H;
+    const int kvh_ = b_ * HK + h_ / (H / HK);
+
+    const size_t qo_ = ((size_t)bh_ * SQ + i_) * D;
+    const size_t ko_ = (size_t)kvh_ * SK * D;
+    const size_t vo_ = (size_t)kvh_ * SK * DV;
+    const size_t oo_ = ((size_t)bh_ * SQ + i_) * DV;
+    const size_t mo_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(i_) * mask_s2);
     const int nk_ = causal ? min(i_ + 1, SK) : SK;
     ACC_ m_ = -INFINITY;
     for (int j_ = 0; j_ < nk_; ++j_) {
@@ -35,34 +49,44 @@ __kernel void attention__generic__f32(
         {
                 ACC_ dot_ = 0;
                 for (int d_ = 0; d_ < D; ++d_) {
-                    dot_ += qrow_[d_] * kmat_[(size_t)(j_) * D + d_];
+                    dot_ += (ACC_)q[qo_ + d_] * (ACC_)k[ko_ + (size_t)(j_) * D + d_];
                 }
                 s_ = dot_ * scale;
             }
+            if (softcap > 0) {
+                s_ = softcap * tanh(s_ / softcap);
+            }
+            s_ += (bool_mask ? (((ACC_)mask[mo_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo_ + (size_t)(j_) * mask_s3]));
         m_ = s_ > m_ ? s_ : m_;
     }
-    for (int d_ = 0; d_ < DV; ++d_) {
-        orow_[d_] = 0;
-    }
-    ACC_ l_ = 0;
-    for (int j_ = 0; j_ < nk_; ++j_) {
-        ACC_ s_;
-        {
+    for (int d0_ = 0; d0_ < DV; d0_ += DC_) {
+        ACC_ acc_[DC_];
+        for (int c_ = 0; c_ < DC_; ++c_) {
+            acc_[c_] = 0;
+        }
+        ACC_ l_ = 0;
+        for (int j_ = 0; j_ < nk_ && m_ > -INFINITY; ++j_) {
+            ACC_ s_;
+            {
                 ACC_ dot_ = 0;
                 for (int d_ = 0; d_ < D; ++d_) {
-                    dot_ += qrow_[d_] * kmat_[(size_t)(j_) * D + d_];
+                    dot_ += (ACC_)q[qo_ + d_] * (ACC_)k[ko_ + (size_t)(j_) * D + d_];
                 }
                 s_ = dot_ * scale;
             }
-        const ACC_ p_ = exp(s_ - m_);
-        l_ += p_;
-        for (int d_ = 0; d_ < DV; ++d_) {
-            orow_[d_] += p_ * vmat_[(size_t)j_ * DV + d_];
+            if (softcap > 0) {
+                s_ = softcap * tanh(s_ / softcap);
+            }
+            s_ += (bool_mask ? (((ACC_)mask[mo_ + (size_t)(j_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo_ + (size_t)(j_) * mask_s3]));
+            const ACC_ p_ = exp(s_ - m_);
+            l_ += p_;
+            for (int c_ = 0; c_ < DC_ && d0_ + c_ < DV; ++c_) {
+                acc_[c_] += p_ * (ACC_)v[vo_ + (size_t)j_ * DV + d0_ + c_];
+            }
         }
-    }
-    if (nk_ > 0) {
-        for (int d_ = 0; d_ < DV; ++d_) {
-            orow_[d_] /= l_;
+        const ACC_ inv_ = l_ > 0 ? (ACC_)1 / l_ : (ACC_)0;
+        for (int c_ = 0; c_ < DC_ && d0_ + c_ < DV; ++c_) {
+            o[oo_ + d0_ + c_] = (float)(acc_[c_] * inv_);
         }
     }
 }

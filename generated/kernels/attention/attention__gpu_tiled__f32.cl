@@ -9,15 +9,23 @@ __kernel void attention__gpu_tiled__f32(
     __global const float* restrict q,
     __global const float* restrict k,
     __global const float* restrict v,
+    __global const float* restrict mask,
     __global float* restrict o,
     const int B,
     const int H,
+    const int HK,
     const int SQ,
     const int SK,
     const int D,
     const int DV,
+    const int mask_s0,
+    const int mask_s1,
+    const int mask_s2,
+    const int mask_s3,
     const int causal,
-    const float scale
+    const float scale,
+    const float softcap,
+    const int bool_mask
 )
 {
     __local ACC_ kt_[16][128];
@@ -25,13 +33,18 @@ __kernel void attention__gpu_tiled__f32(
     const int lid_ = get_local_id(0);
     const int i_ = get_global_id(0);
     const int bh_ = get_global_id(1);
+    const int b_ = (bh_) / H;
+    const int h_ = (bh_) % H;
+    const int kvh_ = b_ * HK + h_ / (H / HK);
+
     const int i0_ = get_group_id(0) * 32;
     const int last_ = min(i0_ + 32, SQ);  /* one past the block's last row */
     const int nk_ = causal ? min(last_, SK) : SK;
     const int lim_ = i_ < SQ ? (causal ? min(i_ + 1, SK) : SK) : 0;
-    __global const T_* qrow_ = q + ((size_t)bh_ * SQ + min(i_, SQ - 1)) * D;
-    __global const T_* kmat_ = k + (size_t)bh_ * SK * D;
-    __global const T_* vmat_ = v + (size_t)bh_ * SK * DV;
+    const size_t qo_ = ((size_t)bh_ * SQ + min(i_, SQ - 1)) * D;
+    const size_t ko_ = (size_t)kvh_ * SK * D;
+    const size_t vo_ = (size_t)kvh_ * SK * DV;
+    const size_t mo_ = ((size_t)(b_) * mask_s0 + (size_t)(h_) * mask_s1 + (size_t)(min(i_, SQ - 1)) * mask_s2);
     ACC_ acc_[128];
     for (int d_ = 0; d_ < 128; ++d_) {
         acc_[d_] = 0;
@@ -41,31 +54,37 @@ __kernel void attention__gpu_tiled__f32(
     for (int j0_ = 0; j0_ < nk_; j0_ += 16) {
         for (int e_ = lid_; e_ < 16 * D; e_ += 32) {
             const int j_ = j0_ + e_ / D;
-            kt_[e_ / D][e_ % D] = j_ < SK ? kmat_[(size_t)j_ * D + e_ % D] : (ACC_)0;
+            kt_[e_ / D][e_ % D] = j_ < SK ? (ACC_)k[ko_ + (size_t)j_ * D + e_ % D] : (ACC_)0;
         }
         for (int e_ = lid_; e_ < 16 * DV; e_ += 32) {
             const int j_ = j0_ + e_ / DV;
-            vt_[e_ / DV][e_ % DV] = j_ < SK ? vmat_[(size_t)j_ * DV + e_ % DV] : (ACC_)0;
+            vt_[e_ / DV][e_ % DV] = j_ < SK ? (ACC_)v[vo_ + (size_t)j_ * DV + e_ % DV] : (ACC_)0;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int jj_ = 0; jj_ < 16; ++jj_) {
             if (j0_ + jj_ < lim_) {
                 ACC_ dot_ = 0;
                 for (int d_ = 0; d_ < D; ++d_) {
-                    dot_ += qrow_[d_] * kt_[jj_][d_];
+                    dot_ += (ACC_)q[qo_ + d_] * kt_[jj_][d_];
                 }
-                const ACC_ s_ = dot_ * scale;
-                ACC_ a_ = 1;
-                if (s_ > m_) {
-                    a_ = exp(m_ - s_);
-                    m_ = s_;
-                }
-                const ACC_ p_ = exp(s_ - m_);
-                l_ = l_ * a_ + p_;
+                ACC_ s_ = dot_ * scale;
+                if (softcap > 0) {
+                s_ = softcap * tanh(s_ / softcap);
+            }
+            s_ += (bool_mask ? (((ACC_)mask[mo_ + (size_t)(j0_ + jj_) * mask_s3]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : ((ACC_)mask[mo_ + (size_t)(j0_ + jj_) * mask_s3]));
+                if (s_ > -INFINITY) {
+                    ACC_ a_ = 1;
+                    if (s_ > m_) {
+                        a_ = exp(m_ - s_);
+                        m_ = s_;
+                    }
+                    const ACC_ p_ = exp(s_ - m_);
+                    l_ = l_ * a_ + p_;
 #pragma unroll
-                for (int d_ = 0; d_ < 128; ++d_) {
-                    if (d_ < DV) {
-                        acc_[d_] = acc_[d_] * a_ + p_ * vt_[jj_][d_];
+                    for (int d_ = 0; d_ < 128; ++d_) {
+                        if (d_ < DV) {
+                            acc_[d_] = acc_[d_] * a_ + p_ * vt_[jj_][d_];
+                        }
                     }
                 }
             }
@@ -73,12 +92,12 @@ __kernel void attention__gpu_tiled__f32(
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (i_ < SQ) {
-        __global T_* orow_ = o + ((size_t)bh_ * SQ + i_) * DV;
-        const ACC_ inv_ = lim_ > 0 ? (ACC_)1 / l_ : (ACC_)0;
+        const size_t oo_ = ((size_t)bh_ * SQ + i_) * DV;
+        const ACC_ inv_ = l_ > 0 ? (ACC_)1 / l_ : (ACC_)0;
 #pragma unroll
         for (int d_ = 0; d_ < 128; ++d_) {
             if (d_ < DV) {
-                orow_[d_] = acc_[d_] * inv_;
+                o[oo_ + d_] = (float)(acc_[d_] * inv_);
             }
         }
     }

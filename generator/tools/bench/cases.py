@@ -28,6 +28,7 @@ class Case:
     label: str  # a format string over the sizes, e.g. "matmul {M}"
     dtype: str = "f32"
     attrs: Mapping[str, float | int] = field(default_factory=dict)
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # broadcast inputs
 
     def at(self, quick: bool) -> Case:
         """This case with its quick sizes (the same case when not quick)."""
@@ -94,8 +95,9 @@ def _matmul(n: int, dtype: str = "f32") -> Case:
 
 _CONV = {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3, "OH": 54, "OW": 54}
 _CONV_QUICK = {**_CONV, "C": 8, "H": 10, "W": 10, "K": 8, "CG": 8, "OH": 8, "OW": 8}
-_ATTENTION = {"B": 1, "H": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64}
-_ATTENTION_QUICK = {"B": 1, "H": 2, "SQ": 32, "SK": 32, "D": 16, "DV": 16}
+_ATTENTION = {"B": 1, "H": 8, "HK": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64}
+_ATTENTION_QUICK = {"B": 1, "H": 2, "HK": 2, "SQ": 32, "SK": 32, "D": 16, "DV": 16}
+_NO_MASK = {"mask": (1, 1, 1, 1)}  # what an eager call without a mask passes
 
 CASES: tuple[Case, ...] = (
     _binary("add", 1, 16 * 2**20),
@@ -138,20 +140,26 @@ CASES: tuple[Case, ...] = (
         "gemm {M}",
     ),
     Case("conv2d", _CONV, _CONV_QUICK, _conv_flops, "GFLOP/s", "conv2d 3x3 {C}x{H}x{W}->{K}"),
-    Case(
-        "attention",
-        _ATTENTION,
-        _ATTENTION_QUICK,
-        _attention_flops,
-        "GFLOP/s",
-        "attention {H}h {SQ}x{SK} d{D}",
+    *(
+        Case(
+            "attention",
+            _ATTENTION,
+            _ATTENTION_QUICK,
+            _attention_flops,  # causal: counted as the full product, so compare ratios
+            "GFLOP/s",
+            "attention {H}h {SQ}x{SK} d{D}" + (" causal" if causal else ""),
+            attrs={"causal": causal},
+            shapes=_NO_MASK,
+        )
+        for causal in (0, 1)
     ),
 )
 
 
 def selected(quick: bool, ops: Collection[str] | None = None) -> list[Case]:
     """The cases of a run (of `ops`, if given): every case, or each distinct one at its quick
-    sizes (the matmul sweep collapses to one case per dtype)."""
+    sizes (the matmul sweep collapses to one case per dtype; cases that differ in attributes
+    stay apart)."""
     out: list[Case] = []
     seen: set[tuple[str, str, str, str]] = set()
     for case in CASES:

@@ -36,7 +36,7 @@ def requests(reg: Registry, cases: Sequence[Case]) -> list[Request]:
     for case in cases:
         op = reg.op(case.op)
         attrs = resolve_attrs(op, case.attrs)
-        out.append(request(op, case.dtype, dict(case.sizes), attrs, reg.roots()))
+        out.append(request(op, case.dtype, dict(case.sizes), attrs, reg.roots(), case.shapes))
     return out
 
 

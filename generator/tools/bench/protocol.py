@@ -8,7 +8,7 @@ with an outcome: the median seconds of one call, or a note that says why there i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -61,9 +61,13 @@ def request(
     sizes: dict[str, int],
     attrs: dict[str, float | int],
     roots: Sequence[Path] = (),
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> Request:
-    """A case for a peer's process; `roots`: the trees' folders, for an extension's reference."""
+    """A case for a peer's process; `roots`: the trees' folders, for an extension's reference;
+    `shapes`: inputs whose shape is not the full one (a broadcast input, e.g. a one-element
+    attention mask, which is what an eager call without a mask passes)."""
     ref = references.reference_of(op, roots)
+    shapes = shapes or {}
     return {
         "op": op.name,
         "reference": op.reference or "",
@@ -73,7 +77,7 @@ def request(
         "attrs": dict(attrs),
         "inputs": {
             t.name: {
-                "shape": [sizes[d] for d in t.shape],
+                "shape": list(shapes.get(t.name, [sizes[d] for d in t.shape])),
                 "dtype": t.dtype or dtype,
                 "domain": references.domain_of(ref, t.name, sizes),
             }
