@@ -25,109 +25,36 @@ __kernel void min__cpu__f64(
     const int i0_ = (w_ % blocks_) * 32;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
-        ACC_ a0_ = (ACC_)x[row_];
-        ACC_ a1_ = (ACC_)x[row_];
-        ACC_ a2_ = (ACC_)x[row_];
-        ACC_ a3_ = (ACC_)x[row_];
-        ACC_ a4_ = (ACC_)x[row_];
-        ACC_ a5_ = (ACC_)x[row_];
-        ACC_ a6_ = (ACC_)x[row_];
-        ACC_ a7_ = (ACC_)x[row_];
-        ACC_ a8_ = (ACC_)x[row_];
-        ACC_ a9_ = (ACC_)x[row_];
-        ACC_ a10_ = (ACC_)x[row_];
-        ACC_ a11_ = (ACC_)x[row_];
-        ACC_ a12_ = (ACC_)x[row_];
-        ACC_ a13_ = (ACC_)x[row_];
-        ACC_ a14_ = (ACC_)x[row_];
-        ACC_ a15_ = (ACC_)x[row_];
-        ACC_ a16_ = (ACC_)x[row_];
-        ACC_ a17_ = (ACC_)x[row_];
-        ACC_ a18_ = (ACC_)x[row_];
-        ACC_ a19_ = (ACC_)x[row_];
-        ACC_ a20_ = (ACC_)x[row_];
-        ACC_ a21_ = (ACC_)x[row_];
-        ACC_ a22_ = (ACC_)x[row_];
-        ACC_ a23_ = (ACC_)x[row_];
-        ACC_ a24_ = (ACC_)x[row_];
-        ACC_ a25_ = (ACC_)x[row_];
-        ACC_ a26_ = (ACC_)x[row_];
-        ACC_ a27_ = (ACC_)x[row_];
-        ACC_ a28_ = (ACC_)x[row_];
-        ACC_ a29_ = (ACC_)x[row_];
-        ACC_ a30_ = (ACC_)x[row_];
-        ACC_ a31_ = (ACC_)x[row_];
+        /* LANES / 8 explicit vector accumulators: the NaN-propagating pick as vector selects
+           (scalar accumulators with isnan were not vectorized) */
+        const ACC8_ first_ = (ACC8_)((ACC_)x[row_]);
+        ACC8_ a0_ = first_;
+        ACC8_ a1_ = first_;
+        ACC8_ a2_ = first_;
+        ACC8_ a3_ = first_;
         int r_ = 0;
         for (; r_ + 32 <= R; r_ += 32) {
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 0]; a0_ = ((v_) < (a0_)) | isnan(v_) ? (v_) : (a0_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 1]; a1_ = ((v_) < (a1_)) | isnan(v_) ? (v_) : (a1_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 2]; a2_ = ((v_) < (a2_)) | isnan(v_) ? (v_) : (a2_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 3]; a3_ = ((v_) < (a3_)) | isnan(v_) ? (v_) : (a3_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 4]; a4_ = ((v_) < (a4_)) | isnan(v_) ? (v_) : (a4_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 5]; a5_ = ((v_) < (a5_)) | isnan(v_) ? (v_) : (a5_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 6]; a6_ = ((v_) < (a6_)) | isnan(v_) ? (v_) : (a6_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 7]; a7_ = ((v_) < (a7_)) | isnan(v_) ? (v_) : (a7_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 8]; a8_ = ((v_) < (a8_)) | isnan(v_) ? (v_) : (a8_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 9]; a9_ = ((v_) < (a9_)) | isnan(v_) ? (v_) : (a9_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 10]; a10_ = ((v_) < (a10_)) | isnan(v_) ? (v_) : (a10_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 11]; a11_ = ((v_) < (a11_)) | isnan(v_) ? (v_) : (a11_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 12]; a12_ = ((v_) < (a12_)) | isnan(v_) ? (v_) : (a12_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 13]; a13_ = ((v_) < (a13_)) | isnan(v_) ? (v_) : (a13_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 14]; a14_ = ((v_) < (a14_)) | isnan(v_) ? (v_) : (a14_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 15]; a15_ = ((v_) < (a15_)) | isnan(v_) ? (v_) : (a15_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 16]; a16_ = ((v_) < (a16_)) | isnan(v_) ? (v_) : (a16_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 17]; a17_ = ((v_) < (a17_)) | isnan(v_) ? (v_) : (a17_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 18]; a18_ = ((v_) < (a18_)) | isnan(v_) ? (v_) : (a18_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 19]; a19_ = ((v_) < (a19_)) | isnan(v_) ? (v_) : (a19_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 20]; a20_ = ((v_) < (a20_)) | isnan(v_) ? (v_) : (a20_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 21]; a21_ = ((v_) < (a21_)) | isnan(v_) ? (v_) : (a21_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 22]; a22_ = ((v_) < (a22_)) | isnan(v_) ? (v_) : (a22_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 23]; a23_ = ((v_) < (a23_)) | isnan(v_) ? (v_) : (a23_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 24]; a24_ = ((v_) < (a24_)) | isnan(v_) ? (v_) : (a24_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 25]; a25_ = ((v_) < (a25_)) | isnan(v_) ? (v_) : (a25_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 26]; a26_ = ((v_) < (a26_)) | isnan(v_) ? (v_) : (a26_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 27]; a27_ = ((v_) < (a27_)) | isnan(v_) ? (v_) : (a27_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 28]; a28_ = ((v_) < (a28_)) | isnan(v_) ? (v_) : (a28_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 29]; a29_ = ((v_) < (a29_)) | isnan(v_) ? (v_) : (a29_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 30]; a30_ = ((v_) < (a30_)) | isnan(v_) ? (v_) : (a30_); };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 31]; a31_ = ((v_) < (a31_)) | isnan(v_) ? (v_) : (a31_); };
+            { const ACC8_ v_ = (ACC8_)((ACC_)x[row_ + r_ + 0 + 0], (ACC_)x[row_ + r_ + 0 + 1], (ACC_)x[row_ + r_ + 0 + 2], (ACC_)x[row_ + r_ + 0 + 3], (ACC_)x[row_ + r_ + 0 + 4], (ACC_)x[row_ + r_ + 0 + 5], (ACC_)x[row_ + r_ + 0 + 6], (ACC_)x[row_ + r_ + 0 + 7]); a0_ = ((v_) < (a0_)) | isnan(v_) ? (v_) : (a0_); }
+            { const ACC8_ v_ = (ACC8_)((ACC_)x[row_ + r_ + 8 + 0], (ACC_)x[row_ + r_ + 8 + 1], (ACC_)x[row_ + r_ + 8 + 2], (ACC_)x[row_ + r_ + 8 + 3], (ACC_)x[row_ + r_ + 8 + 4], (ACC_)x[row_ + r_ + 8 + 5], (ACC_)x[row_ + r_ + 8 + 6], (ACC_)x[row_ + r_ + 8 + 7]); a1_ = ((v_) < (a1_)) | isnan(v_) ? (v_) : (a1_); }
+            { const ACC8_ v_ = (ACC8_)((ACC_)x[row_ + r_ + 16 + 0], (ACC_)x[row_ + r_ + 16 + 1], (ACC_)x[row_ + r_ + 16 + 2], (ACC_)x[row_ + r_ + 16 + 3], (ACC_)x[row_ + r_ + 16 + 4], (ACC_)x[row_ + r_ + 16 + 5], (ACC_)x[row_ + r_ + 16 + 6], (ACC_)x[row_ + r_ + 16 + 7]); a2_ = ((v_) < (a2_)) | isnan(v_) ? (v_) : (a2_); }
+            { const ACC8_ v_ = (ACC8_)((ACC_)x[row_ + r_ + 24 + 0], (ACC_)x[row_ + r_ + 24 + 1], (ACC_)x[row_ + r_ + 24 + 2], (ACC_)x[row_ + r_ + 24 + 3], (ACC_)x[row_ + r_ + 24 + 4], (ACC_)x[row_ + r_ + 24 + 5], (ACC_)x[row_ + r_ + 24 + 6], (ACC_)x[row_ + r_ + 24 + 7]); a3_ = ((v_) < (a3_)) | isnan(v_) ? (v_) : (a3_); }
         }
-        for (; r_ < R; ++r_) {
-            { const ACC_ v_ = (ACC_)x[row_ + r_]; a0_ = ((v_) < (a0_)) | isnan(v_) ? (v_) : (a0_); };
-        }
-        /* pairwise, in index order, so argmax ties keep the first index */
         a0_ = ((a1_) < (a0_)) | isnan(a1_) ? (a1_) : (a0_);
-        a2_ = ((a3_) < (a2_)) | isnan(a3_) ? (a3_) : (a2_);
-        a4_ = ((a5_) < (a4_)) | isnan(a5_) ? (a5_) : (a4_);
-        a6_ = ((a7_) < (a6_)) | isnan(a7_) ? (a7_) : (a6_);
-        a8_ = ((a9_) < (a8_)) | isnan(a9_) ? (a9_) : (a8_);
-        a10_ = ((a11_) < (a10_)) | isnan(a11_) ? (a11_) : (a10_);
-        a12_ = ((a13_) < (a12_)) | isnan(a13_) ? (a13_) : (a12_);
-        a14_ = ((a15_) < (a14_)) | isnan(a15_) ? (a15_) : (a14_);
-        a16_ = ((a17_) < (a16_)) | isnan(a17_) ? (a17_) : (a16_);
-        a18_ = ((a19_) < (a18_)) | isnan(a19_) ? (a19_) : (a18_);
-        a20_ = ((a21_) < (a20_)) | isnan(a21_) ? (a21_) : (a20_);
-        a22_ = ((a23_) < (a22_)) | isnan(a23_) ? (a23_) : (a22_);
-        a24_ = ((a25_) < (a24_)) | isnan(a25_) ? (a25_) : (a24_);
-        a26_ = ((a27_) < (a26_)) | isnan(a27_) ? (a27_) : (a26_);
-        a28_ = ((a29_) < (a28_)) | isnan(a29_) ? (a29_) : (a28_);
-        a30_ = ((a31_) < (a30_)) | isnan(a31_) ? (a31_) : (a30_);
         a0_ = ((a2_) < (a0_)) | isnan(a2_) ? (a2_) : (a0_);
-        a4_ = ((a6_) < (a4_)) | isnan(a6_) ? (a6_) : (a4_);
-        a8_ = ((a10_) < (a8_)) | isnan(a10_) ? (a10_) : (a8_);
-        a12_ = ((a14_) < (a12_)) | isnan(a14_) ? (a14_) : (a12_);
-        a16_ = ((a18_) < (a16_)) | isnan(a18_) ? (a18_) : (a16_);
-        a20_ = ((a22_) < (a20_)) | isnan(a22_) ? (a22_) : (a20_);
-        a24_ = ((a26_) < (a24_)) | isnan(a26_) ? (a26_) : (a24_);
-        a28_ = ((a30_) < (a28_)) | isnan(a30_) ? (a30_) : (a28_);
-        a0_ = ((a4_) < (a0_)) | isnan(a4_) ? (a4_) : (a0_);
-        a8_ = ((a12_) < (a8_)) | isnan(a12_) ? (a12_) : (a8_);
-        a16_ = ((a20_) < (a16_)) | isnan(a20_) ? (a20_) : (a16_);
-        a24_ = ((a28_) < (a24_)) | isnan(a28_) ? (a28_) : (a24_);
-        a0_ = ((a8_) < (a0_)) | isnan(a8_) ? (a8_) : (a0_);
-        a16_ = ((a24_) < (a16_)) | isnan(a24_) ? (a24_) : (a16_);
-        a0_ = ((a16_) < (a0_)) | isnan(a16_) ? (a16_) : (a0_);
-        y[b_] = (double)(a0_);
+        a0_ = ((a3_) < (a0_)) | isnan(a3_) ? (a3_) : (a0_);
+        ACC_ s_ = a0_.s0;
+        { const ACC_ v_ = a0_.s1; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s2; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s3; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s4; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s5; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s6; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s7; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
+        for (; r_ < R; ++r_) {
+            const ACC_ v_ = (ACC_)x[row_ + r_];
+            s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_);
+        }
+        y[b_] = (double)(s_);
     } else if (i0_ + 32 <= I) {
         const size_t col_ = row_ + i0_;
         ACC_ a0_ = (ACC_)x[col_ + 0];
