@@ -33,7 +33,7 @@ from generator.call.binding import (
     host_array,
 )
 from generator.call.compiled import CompiledOp, TensorType, specialize
-from generator.call.selection import Selection, by_measurement, chosen_or_raise, select
+from generator.call.selection import Selection, chosen_or_raise, measured, select
 from generator.conventions.base import Then
 from generator.device.profile import DeviceProfile
 from generator.device.query import from_device
@@ -104,15 +104,10 @@ class Dispatcher:
     def params_for(self, inst: Instance, env: Mapping[str, int]) -> Choice:
         """The compile-time parameters `inst` runs with for these sizes, and where they came
         from: tuned ones whose guard still holds, else the spec defaults."""
-        choice = self.lookup.choose(inst, self._dims(inst.op, env))
+        choice = self.lookup.choose(inst, self.registry.op(inst.op).dims_of(env))
         if choice.params and not guard_holds(self.registry, inst, env, dict(choice.params)):
             return Choice(as_params(inst.param_map), "spec default (the tuned set's guard fails)")
         return choice
-
-    def _dims(self, op: str, env: Mapping[str, int]) -> dict[str, int]:
-        """The op's dims of a guard environment (which also holds the int attributes): what
-        the tuner keys its shape buckets by."""
-        return {d: env[d] for d in self.registry.op(op).dims if d in env}
 
     def override_params(self, instance: str, values: Mapping[str, int] | None) -> None:
         """Run `instance` with these compile-time parameters from now on (None: back to the
@@ -156,11 +151,7 @@ class Dispatcher:
         """Every candidate's verdict, ranked; where the tuner measured two or more accepted
         ones at this shape (all of the op's dims known), the fastest first."""
         sel = select(self.registry, self.profile, op, dtype, layouts, dims)
-        shape = self._dims(op, dims)
-        if len(shape) < len(self.registry.op(op).dims):
-            return sel
-        names = [c.instance for c in sel.candidates if c.accepted]
-        return by_measurement(sel, self.lookup.times(self.registry.instances, names, shape))
+        return measured(sel, self.registry, self.lookup, dims)
 
     def choose(
         self, op: str, dtype: str, layouts: Mapping[str, str], dims: Mapping[str, int]

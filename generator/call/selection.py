@@ -17,6 +17,7 @@ from typing import Any
 from generator.core.targets import Level, Target, parse_target
 from generator.device.profile import DeviceProfile
 from generator.errors import DispatchError
+from generator.params.lookup import ParamLookup
 from generator.registry.loader import Registry
 from generator.registry.records import Instance, OpSig
 
@@ -291,6 +292,19 @@ def by_measurement(sel: Selection, times: Mapping[str, tuple[float, str]]) -> Se
     ordered = sorted(marked, key=lambda c: c.instance != best)  # stable: the rest keep rank
     rejected = [c for c in sel.candidates if not c.accepted]
     return dataclasses.replace(sel, candidates=(*ordered, *rejected))
+
+
+def measured(
+    sel: Selection, reg: Registry, lookup: ParamLookup, env: Mapping[str, int]
+) -> Selection:
+    """:func:`by_measurement` with the tuning files of `lookup`, when every dim of the op is
+    known in `env` (shape buckets need them all); otherwise `sel` as ranked."""
+    op = reg.op(sel.op)
+    shape = op.dims_of(env)
+    if len(shape) < len(op.dims):
+        return sel
+    names = [c.instance for c in sel.candidates if c.accepted]
+    return by_measurement(sel, lookup.times(reg.instances, names, shape))
 
 
 def chosen_or_raise(sel: Selection) -> Candidate:

@@ -35,11 +35,6 @@ class Tree:
         return cls(root, m.name, m.package)
 
     @property
-    def builtin(self) -> bool:
-        """Whether this is clforge's own tree (its macros are the shared ones)."""
-        return self.root.resolve() == ROOT.resolve()
-
-    @property
     def specs(self) -> Path:
         return self.root / "specs"
 

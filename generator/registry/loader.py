@@ -120,18 +120,15 @@ def _parse_exprs(
 
 def load(tree: Tree = DEFAULT) -> Registry:
     """The registry of one tree (its generated package, read by file path)."""
-    src = sources.by_root(tree.root) or sources.of_tree(tree)
     if tree == DEFAULT:
-        src = sources.BUILTIN
-    return merge([_load_source(src)])
+        return merge([_load_source(sources.BUILTIN)])
+    return merge([_load_source(sources.by_root(tree.root) or sources.of_tree(tree))])
 
 
 def load_all(extra: Sequence[Tree] = ()) -> Registry:
     """One registry of every registered tree (clforge's first), plus `extra` trees."""
     found = list(sources.sources())
-    for t in extra:
-        if not any(s.root is not None and s.root.resolve() == t.root.resolve() for s in found):
-            found.append(sources.of_tree(t))
+    found += [sources.of_tree(t) for t in extra if sources.by_root(t.root) is None]
     return merge([_load_source(s) for s in found])
 
 

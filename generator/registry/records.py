@@ -6,6 +6,7 @@ launch an instance: argument order and kinds, the NDRange as expressions, requir
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,6 +47,11 @@ class OpSig:
     checks: tuple[tuple[str, str], ...] = ()  # (condition, message) checked on every call
     call: str = "direct"  # the eager function's calling convention
     reference: str | None = None  # the NumPy reference, `module:name` (generator.references)
+
+    def dims_of(self, env: Mapping[str, int]) -> dict[str, int]:
+        """The op's dims among `env` (a guard environment also holds the int attributes): what
+        the tuner keys its shape buckets by."""
+        return {d: env[d] for d in self.dims if d in env}
 
     def tensor(self, name: str) -> TensorSig:
         for t in self.inputs + self.outputs:

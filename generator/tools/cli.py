@@ -72,9 +72,7 @@ def _trees(args: argparse.Namespace) -> list[Tree]:
     from generator.registry import sources
 
     found = [s.tree for s in sources.sources() if s.tree is not None]
-    if all(t.root.resolve() != tree.root.resolve() for t in found):
-        found.append(tree)
-    return found
+    return found if sources.by_root(tree.root) is not None else [*found, tree]
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -247,16 +245,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
     dtype = args.dtype or op.dtypes[0]
     if dtype not in op.dtypes:
         raise UsageError(f"--dtype: {args.op} supports {', '.join(op.dtypes)}, not {dtype!r}")
-    from generator.call.selection import by_measurement
+    from generator.call.selection import measured
     from generator.params.database import load_folders
     from generator.params.lookup import ParamLookup
 
     profile = find_profile(args.device)
     lookup = ParamLookup.from_env(profile, load_folders(reg.tuning_folders()))
-    sel = select(reg, profile, args.op, dtype, layouts, dims)
-    if len(dims) == len(op.dims):  # the tuner's measurements at this shape, if any
-        names = [c.instance for c in sel.candidates if c.accepted]
-        sel = by_measurement(sel, lookup.times(reg.instances, names, dims))
+    sel = measured(select(reg, profile, args.op, dtype, layouts, dims), reg, lookup, dims)
     choice = None
     if sel.chosen and sel.chosen.instance:
         choice = lookup.choose(reg.instance(sel.chosen.instance), dims)
