@@ -12,8 +12,9 @@ from generator.runtime.launch import Runtime
 from generator.tune.verify import canary_launch, mismatch
 
 
-def assert_close(what: str, dtype: str, got: np.ndarray, want: np.ndarray,
-                 reduce_len: int, exact: bool = False) -> None:
+def assert_close(
+    what: str, dtype: str, got: np.ndarray, want: np.ndarray, reduce_len: int, exact: bool = False
+) -> None:
     """Compare with the float64 reference at the output dtype's tolerance (dtypes.py), widened
     by the square root of the length of any reduction (rounding error grows with it); `exact`:
     element for element."""
@@ -21,9 +22,13 @@ def assert_close(what: str, dtype: str, got: np.ndarray, want: np.ndarray,
     assert problem is None, problem
 
 
-def launch_with_canaries(rt: Runtime, inst: Instance, inputs: Mapping[str, np.ndarray],
-                         dims: Mapping[str, int],
-                         attrs: Mapping[str, float | int]) -> dict[str, np.ndarray]:
+def launch_with_canaries(
+    rt: Runtime,
+    inst: Instance,
+    inputs: Mapping[str, np.ndarray],
+    dims: Mapping[str, int],
+    attrs: Mapping[str, float | int],
+) -> dict[str, np.ndarray]:
     """Launch `inst` with every buffer padded by canary bytes on both sides; fail if the kernel
     wrote outside an output or into an input."""
     shapes = {k: tuple(v.shape) for k, v in inputs.items()}

@@ -19,15 +19,17 @@ from generator import references
 from generator.core.tree import DEFAULT
 from generator.errors import UsageError
 from generator.registry.loader import Registry
+from generator.tools.bench import rounds
+from generator.tools.bench.bandwidth import Bandwidth
 from generator.tools.bench.cases import CASES, run_cases, selected
 from generator.tools.bench.clforge_side import Figures, GenericPace, requests
 from generator.tools.bench.peers import PEERS, PeerRun
-from generator.tools.bench.protocol import host_inputs
+from generator.tools.bench.protocol import Outcome, host_inputs
 from generator.tools.bench.report import make_rows
 
 ROW_KEYS = {
     "op", "dtype", "label", "sizes", "unit", "instance", "clforge", "generic", "generic_note",
-    "peers", "ratios", "of_bandwidth",
+    "peers", "ratios", "copy", "of_bandwidth",
 }  # fmt: skip
 
 
@@ -69,7 +71,8 @@ def test_quick_bench_reports_every_case_and_peer(
     report, out = quick_run
     assert report["quick"] is True
     assert report["commit"] and report["device"]
-    assert report["bandwidth"]["gbps"] > 0
+    bw = report["bandwidth"]
+    assert bw["gbps"] == max(bw["plain_gbps"], bw["streaming_gbps"]) > 0
     assert set(report["peers"]) == {p.key for p in PEERS}
     clblast = report["peers"]["clblast"]
     assert clblast["available"] is False
@@ -88,6 +91,9 @@ def test_quick_bench_reports_every_case_and_peer(
         for v in r["ratios"].values():
             assert v is None or (isinstance(v, float) and v > 0), r["label"]
         assert (r["of_bandwidth"] is not None) == (r["unit"] == "GB/s")
+        assert (r["copy"] is not None) == (r["unit"] == "GB/s")
+        if r["copy"] is not None:
+            assert r["of_bandwidth"] == pytest.approx(r["clforge"] / r["copy"])
         cell = r["peers"]["clblast"]
         assert cell["rate"] is None
         assert cell["note"] == ("missing" if r["op"] in ("matmul", "gemm") else "n/a")
@@ -141,10 +147,14 @@ def test_rows_take_ratios_of_rates_and_none_where_a_figure_is_missing() -> None:
     case = selected(True)[0]
     run = PeerRun(PEERS[0], True, "1", None, ({"seconds": 4.0},))
     missing = PeerRun(PEERS[1], False, None, "not installed", ({"seconds": None, "note": "x"},))
-    (row,) = make_rows([case], [Figures("i", 1.0, 2.0)], [run, missing], None)
+    copy = Bandwidth(2.0 * case.amount(), case.amount(), 1, 1)  # twice as fast as clforge
+    (row,) = make_rows([case], [Figures("i", 1.0, 2.0)], [run, missing], [copy])
     assert row["ratios"] == {"numpy": 4.0, "onnxruntime": None, "generic": 2.0}
     assert row["clforge"] == pytest.approx(case.amount())
-    assert row["of_bandwidth"] is None
+    assert row["copy"] == pytest.approx(2.0 * case.amount())
+    assert row["of_bandwidth"] == pytest.approx(0.5)
+    (row,) = make_rows([case], [Figures("i", 1.0, 2.0)], [run, missing], [None])
+    assert row["copy"] is None and row["of_bandwidth"] is None
 
 
 def test_ort_graphs_compute_what_the_references_compute(registry: Registry) -> None:
@@ -163,3 +173,35 @@ def test_ort_graphs_compute_what_the_references_compute(registry: Registry) -> N
             np.testing.assert_allclose(
                 got.reshape(want.shape), want, rtol=tol, atol=tol, err_msg=case.title
             )
+
+
+def test_rounds_take_each_figure_s_median_and_keep_notes() -> None:
+    one = [Figures("i", s, 9.0 if k == 0 else None) for k, s in enumerate((3.0, 1.0, 2.0))]
+    assert rounds.figures(one) == Figures("i", 2.0, 9.0)  # the generic: the first round's
+    copies = [Bandwidth(p, s, 64, 64) for p, s in ((1.0, 6.0), (3.0, 4.0), (2.0, 5.0))]
+    assert rounds.copy([*copies, None]) == Bandwidth(2.0, 5.0, 64, 64)
+    assert rounds.copy([None, None]) is None
+
+    def run(*outcomes: Outcome) -> PeerRun:
+        return PeerRun(PEERS[1], True, "1", None, outcomes)
+
+    merged = rounds.peer_run(
+        [
+            run({"seconds": 5.0}, {"seconds": None, "note": "failed: x"}, {"seconds": 1.0}),
+            run(
+                {"seconds": 1.0},
+                {"seconds": None, "note": "failed: x"},
+                {"seconds": 2.0, "note": "y"},
+            ),
+            run({"seconds": 2.0}, {"seconds": None, "note": "failed: x"}, {"seconds": 3.0}),
+        ]
+    )
+    assert merged.outcomes == (
+        {"seconds": 2.0},
+        {"seconds": None, "note": "failed: x"},
+        {"seconds": 2.0, "note": "y"},
+    )
+    missing = PeerRun(
+        PEERS[1], False, None, "not installed", ({"seconds": None, "note": "missing"},)
+    )
+    assert rounds.peer_run([missing, run({"seconds": 1.0})]) is missing

@@ -323,8 +323,12 @@ def test_numpy_inputs_are_copied_into_the_layout_with_the_best_kernel() -> None:
     # the packed cpu routine takes b in either layout: a Fortran b is not reordered on the way
     assert host.inst.variant == "cpu_packed" and host.inst.layout_of("b") == "col"
     q = d.runtime.queue
-    on_device = d.plan_for(d.registry.op("matmul"), {"a": cla.to_device(q, a[None]),
-                                                     "b": cla.to_device(q, b[None])}, {})
+    on_device = d.plan_for(
+        d.registry.op("matmul"),
+        {"a": cla.to_device(q, a[None]), "b": cla.to_device(q, b[None])},
+        {},
+    )
     assert on_device.inst.layout_of("b") == "col"  # a device array is never copied
-    np.testing.assert_allclose(d.call("matmul", {"a": a[None], "b": b[None]})["c"][0], a @ b,
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        d.call("matmul", {"a": a[None], "b": b[None]})["c"][0], a @ b, rtol=1e-4, atol=1e-4
+    )

@@ -84,7 +84,7 @@ def test_removed_variant_removes_its_files(tree: Tree) -> None:
 def test_a_family_change_reaches_every_member_and_only_them(tree: Tree) -> None:
     generate(tree)
     family = tree.specs / "families" / "softmax.yaml"
-    family.write_text(family.read_text().replace("params: {VEC: 8}", "params: {VEC: 4}"))
+    family.write_text(family.read_text().replace("params: {VEC: 8, VW: 8}", "params: {VEC: 4, VW: 8}"))
     with pytest.raises(StaleError) as err:
         generate(tree, check=True)
     assert set(err.value.paths) == {
@@ -153,9 +153,7 @@ def _killed_generate(tree: Tree, at: int) -> None:
     import sys
 
     env = {**os.environ, "KILL_AT": str(at), "TREE": str(tree.root)}
-    done = subprocess.run(
-        [sys.executable, "-c", KILLED], env=env, capture_output=True, check=False
-    )
+    done = subprocess.run([sys.executable, "-c", KILLED], env=env, capture_output=True, check=False)
     assert done.returncode == -9, done.stderr.decode()[-2000:]
 
 

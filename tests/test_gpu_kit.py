@@ -23,11 +23,19 @@ KIT = ROOT / "tools" / "gpu-check"
 STATUS = re.compile(r"^(\w+):\s+(ok|FAIL|TIMEOUT|STOP|skipped)\b", re.MULTILINE)
 
 
-def kit(*args: str, env: dict[str, str] | None = None,
-        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def kit(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("OUT", "GPU_CHECK_NVIDIA_ROOT")}
-    return subprocess.run(["bash", str(KIT), *args], cwd=ROOT, env={**base, **(env or {})},
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        ["bash", str(KIT), *args],
+        cwd=ROOT,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def statuses(out: Path) -> dict[str, str]:
@@ -42,8 +50,13 @@ def local_device() -> str:
     the first device that builds kernels (as `clforge devices` prints it)."""
     if os.environ.get("CLFORGE_DEVICE", "").strip():
         return os.environ["CLFORGE_DEVICE"].strip()
-    done = subprocess.run([sys.executable, "-m", "generator", "devices"], cwd=ROOT,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "generator", "devices"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     suffix = ": builds kernels"
     label = next(ln for ln in done.stdout.splitlines() if ln.endswith(suffix))[: -len(suffix)]
     return label.rsplit(": ", 1)[-1]
@@ -54,11 +67,16 @@ def test_prepare_dry_run_prints_the_pip_command() -> None:
     assert done.returncode == 0, done.stderr
     words = done.stdout.split()
     assert words[1:4] == ["-m", "pip", "download"]
-    for flag in ("--only-binary=:all:", "--python-version 3.12", "--abi cp312",
-                 "--implementation cp", "--platform manylinux2014_x86_64",
-                 "--platform manylinux_2_28_x86_64"):
+    for flag in (
+        "--only-binary=:all:",
+        "--python-version 3.12",
+        "--abi cp312",
+        "--implementation cp",
+        "--platform manylinux2014_x86_64",
+        "--platform manylinux_2_28_x86_64",
+    ):
         assert flag in done.stdout, flag
-    names = {re.split(r"[\\<>=!~;\s]", w)[0] for w in words[words.index("--dest") + 2:]}
+    names = {re.split(r"[\\<>=!~;\s]", w)[0] for w in words[words.index("--dest") + 2 :]}
     # the runtime and test requirements of pyproject.toml, less what the GPU machine has or needs
     assert {"pyopencl", "jinja2", "pyyaml", "pydantic", "pytest", "hypothesis"} <= names
     assert not names & {"numpy", "pocl-binary-distribution", "ruff", "mypy", "import-linter"}
@@ -74,8 +92,15 @@ def test_prepare_takes_another_python_and_refuses_a_bad_one() -> None:
 def test_run_stops_clearly_without_an_nvidia_driver(tmp_path: Path) -> None:
     (tmp_path / "nvidia" / "lib64").mkdir(parents=True)
     out = tmp_path / "out"
-    done = kit("run", "--skip-install", "--python", sys.executable, "--out", str(out),
-               env={"GPU_CHECK_NVIDIA_ROOT": str(tmp_path / "nvidia")})
+    done = kit(
+        "run",
+        "--skip-install",
+        "--python",
+        sys.executable,
+        "--out",
+        str(out),
+        env={"GPU_CHECK_NVIDIA_ROOT": str(tmp_path / "nvidia")},
+    )
     assert done.returncode == 3
     assert "no NVIDIA OpenCL driver" in done.stderr
     summary = (out / "summary.txt").read_text(encoding="utf-8")
@@ -89,8 +114,12 @@ def test_driver_writes_an_icd_file_naming_the_library(tmp_path: Path) -> None:
     lib64.mkdir(parents=True)
     (lib64 / "libnvidia-opencl.so.580.1").write_bytes(b"")
     (lib64 / "libnvidia-opencl.so.1").symlink_to("libnvidia-opencl.so.580.1")
-    done = kit("driver", "--icd-dir", str(tmp_path / "icd"),
-               env={"GPU_CHECK_NVIDIA_ROOT": str(tmp_path / "nvidia")})
+    done = kit(
+        "driver",
+        "--icd-dir",
+        str(tmp_path / "icd"),
+        env={"GPU_CHECK_NVIDIA_ROOT": str(tmp_path / "nvidia")},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == str(lib64 / "libnvidia-opencl.so.1")
     icd = (tmp_path / "icd" / "nvidia.icd").read_text(encoding="utf-8")
@@ -100,22 +129,44 @@ def test_driver_writes_an_icd_file_naming_the_library(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_run_against_the_local_device(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = kit("run", "--skip-install", "--skip-driver", "--python", sys.executable,
-               "--device-match", local_device(), "--out", str(out), "--jobs", "1",
-               "--tests", "test_instance_matches_numpy and relu__generic__f32 and not leaky",
-               "--ops", "relu,softmax", "--tune-budget", "5")
+    done = kit(
+        "run",
+        "--skip-install",
+        "--skip-driver",
+        "--python",
+        sys.executable,
+        "--device-match",
+        local_device(),
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+        "--tests",
+        "test_instance_matches_numpy and relu__generic__f32 and not leaky",
+        "--ops",
+        "relu,softmax",
+        "--tune-budget",
+        "5",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     got = statuses(out)
     assert got.pop("tune") in ("skipped", "ok")
-    assert got == {"driver": "skipped", "install": "skipped", "devices": "ok", "profile": "ok",
-                   "tests": "ok", "explain": "ok"}
+    assert got == {
+        "driver": "skipped",
+        "install": "skipped",
+        "devices": "ok",
+        "profile": "ok",
+        "tests": "ok",
+        "explain": "ok",
+    }
     assert "result: ok" in (out / "summary.txt").read_text(encoding="utf-8")
     assert "builds kernels" in (out / "devices.txt").read_text(encoding="utf-8")
     profile = yaml.safe_load((out / "profile-live.yaml").read_text(encoding="utf-8"))
     assert isinstance(profile["name"], str) and profile["name"]
     suite = ET.parse(out / "junit.xml").getroot().iter("testsuite")
-    counts = [(int(s.get("tests", 0)), int(s.get("failures", 0)), int(s.get("errors", 0)))
-              for s in suite]
+    counts = [
+        (int(s.get("tests", 0)), int(s.get("failures", 0)), int(s.get("errors", 0))) for s in suite
+    ]
     assert counts == [(1, 0, 0)]
     explain = json.loads((out / "explain.json").read_text(encoding="utf-8"))
     calls = {(c["op"], c["dtype"]): c for c in explain["calls"]}
@@ -130,9 +181,25 @@ def test_run_against_the_local_device(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_run_goes_on_past_a_failing_step(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = kit("run", "--skip-install", "--skip-driver", "--python", sys.executable,
-               "--device-match", local_device(), "--out", str(out), "--jobs", "1",
-               "--tests", "no_test_has_this_name", "--ops", "relu", "--tune-budget", "0")
+    done = kit(
+        "run",
+        "--skip-install",
+        "--skip-driver",
+        "--python",
+        sys.executable,
+        "--device-match",
+        local_device(),
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+        "--tests",
+        "no_test_has_this_name",
+        "--ops",
+        "relu",
+        "--tune-budget",
+        "0",
+    )
     assert done.returncode == 1
     got = statuses(out)
     assert got["tests"] == "FAIL" and got["explain"] == "ok"

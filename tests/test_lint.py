@@ -556,7 +556,7 @@ def test_invalid_utf8_is_located_at_its_line_and_column(
     make_tree(tmp_path)
     spec = tmp_path / "specs" / "relu.yaml"
     lines = (ROOT / "specs" / "relu.yaml").read_bytes().split(b"\n")
-    lines[2] = b"doc: \"caf\xc3\xa9 \xff\""  # line 3: a valid 2-byte character, then a bad byte
+    lines[2] = b'doc: "caf\xc3\xa9 \xff"'  # line 3: a valid 2-byte character, then a bad byte
     spec.write_bytes(b"\n".join(lines))
     rc, out, _ = cli(capsys, "--root", str(tmp_path), "lint", "--no-freshness", "--format", "json")
     assert rc == 1

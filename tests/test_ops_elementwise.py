@@ -231,9 +231,7 @@ def test_promotion_on_device_arrays() -> None:
 def test_python_numbers_are_weak_scalars(x: np.ndarray, number: float, want: type) -> None:
     for op in ("add", "mul", "maximum"):
         got = getattr(ops, op)(x, number)
-        expect = getattr(np, {"add": "add", "mul": "multiply", "maximum": "maximum"}[op])(
-            x, number
-        )
+        expect = getattr(np, {"add": "add", "mul": "multiply", "maximum": "maximum"}[op])(x, number)
         assert got.dtype == expect.dtype == want
         np.testing.assert_array_equal(got, expect)
     assert ops.sub(number, x).dtype == want
@@ -366,8 +364,9 @@ F32 = np.float32
             "mul: input 'a' has rank 5; at most 4",
         ),
         (
-            lambda: dispatcher().call("sub", {"a": np.ones((1, 1, 1, 3), F32),
-                                              "b": np.ones((1, 1, 1, 3), np.float64)}),
+            lambda: dispatcher().call(
+                "sub", {"a": np.ones((1, 1, 1, 3), F32), "b": np.ones((1, 1, 1, 3), np.float64)}
+            ),
             "sub: inputs have different dtypes (f32 and f64 for 'b'); cast one of them",
         ),  # calls in the op's own terms take one dtype; eager calls promote
         (

@@ -138,8 +138,7 @@ F32 = np.float32
         ),
         (
             lambda: ops.embedding(np.array([0]), np.ones(4, F32)),
-            "embedding: weight has rank 1 (shape (4,)); it must be (num_embeddings, "
-            "embedding_dim)",
+            "embedding: weight has rank 1 (shape (4,)); it must be (num_embeddings, embedding_dim)",
         ),
         (
             lambda: ops.embedding(np.array([True]), np.ones((2, 4), F32)),

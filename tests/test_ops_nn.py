@@ -115,9 +115,7 @@ def test_pooling_worked_by_hand() -> None:
     """Values worked out by hand from PyTorch's definitions."""
     x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
     np.testing.assert_array_equal(ops.max_pool2d(x, kernel_size=2), [[[[5, 7], [13, 15]]]])
-    np.testing.assert_array_equal(
-        ops.avg_pool2d(x, kernel_size=2), [[[[2.5, 4.5], [10.5, 12.5]]]]
-    )
+    np.testing.assert_array_equal(ops.avg_pool2d(x, kernel_size=2), [[[[2.5, 4.5], [10.5, 12.5]]]])
     ones = np.ones((1, 1, 3, 3), np.float32)
     # each 3x3 window at stride 2, padding 1 holds 4 of the input's ones among 9 taps
     np.testing.assert_allclose(
@@ -182,8 +180,7 @@ F32 = np.float32
         ),
         (
             lambda: ops.max_pool2d(np.ones((4, 4), F32), kernel_size=2),
-            "max_pool2d: input 'x' has rank 2 (shape (4, 4)); it must be (N, C, H, W) or "
-            "(C, H, W)",
+            "max_pool2d: input 'x' has rank 2 (shape (4, 4)); it must be (N, C, H, W) or (C, H, W)",
         ),
         (
             lambda: ops.avg_pool2d(np.ones((1, 1, 4, 4), F32), kernel_size=2, padding=2),

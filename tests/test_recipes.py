@@ -34,8 +34,13 @@ CALLS = {
 
 @pytest.fixture(scope="module")
 def arrays() -> dict[str, cla.Array]:
-    return {"x": dev(6, 7), "row": dev(7), "m": dev(7, 5), "img": dev(2, 5, 6, 3),
-            "w": dev(4, 3, 3, 3)}
+    return {
+        "x": dev(6, 7),
+        "row": dev(7),
+        "m": dev(7, 5),
+        "img": dev(2, 5, 6, 3),
+        "w": dev(4, 3, 3, 3),
+    }
 
 
 @pytest.mark.parametrize("name", sorted(CALLS))

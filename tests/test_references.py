@@ -81,8 +81,10 @@ def test_the_attention_reference_is_pytorchs_formula_element_by_element() -> Non
     for hh in range(h):
         kv = hh // (h // hk)
         for i in range(sq):
-            s = [1.5 * np.tanh(0.7 * q[0, hh, i] @ k[0, kv, j] / 1.5) + mask[0, hh, i, j]
-                 for j in range(i + 1)]
+            s = [
+                1.5 * np.tanh(0.7 * q[0, hh, i] @ k[0, kv, j] / 1.5) + mask[0, hh, i, j]
+                for j in range(i + 1)
+            ]
             if np.isneginf(s).all():
                 continue
             p = np.exp(np.array(s) - max(s))

@@ -15,17 +15,17 @@ from generator.errors import CallError
 from generator.registry.records import OpSig
 
 
-def reduced_axes(
-    op: OpSig, axis: Any, shape: tuple[int, ...], *, several: bool
-) -> tuple[int, ...]:
+def reduced_axes(op: OpSig, axis: Any, shape: tuple[int, ...], *, several: bool) -> tuple[int, ...]:
     """The axes `axis` names, normalized (negative ones counted from the end) and sorted: None
     is every axis, an int one, a tuple (when `several`) any set of them, () none. Duplicates and
     axes out of range are errors that name the op, the argument and the input's shape."""
     ndim = len(shape)
     if axis is None:
         return tuple(range(ndim))
-    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer, Sequence)) or isinstance(
-        axis, str
+    if (
+        isinstance(axis, bool)
+        or not isinstance(axis, (int, np.integer, Sequence))
+        or isinstance(axis, str)
     ):
         kinds = "an int, a tuple of ints or None" if several else "an int or None"
         raise CallError(f"{op.name}: axis must be {kinds}, got {axis!r}")

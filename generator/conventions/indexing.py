@@ -94,8 +94,7 @@ class AlongAxis(Convention):
         if axis is None:
             if ind.ndim != 1:
                 raise CallError(
-                    f"{op.name}: with axis=None, {iname} must be 1-d, got shape "
-                    f"{tuple(ind.shape)}"
+                    f"{op.name}: with axis=None, {iname} must be 1-d, got shape {tuple(ind.shape)}"
                 )
             x = reshape(op, xn, x, (prod(tuple(x.shape)),))
             axis = 0

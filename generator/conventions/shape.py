@@ -174,9 +174,7 @@ class Axis(Convention):
 
         return Canonical({name: reshape(op, name, x, step.view)}, finish=finish, then=then)
 
-    def _same_shape(
-        self, op: OpSig, name: str, x: Any, options: Mapping[str, Any]
-    ) -> Canonical:
+    def _same_shape(self, op: OpSig, name: str, x: Any, options: Mapping[str, Any]) -> Canonical:
         if x.ndim == 0:
             raise CallError(f"{op.name}: input {name!r} is a scalar; it needs an axis")
         shape = tuple(x.shape)

@@ -58,8 +58,11 @@ def _function(op: OpSig) -> str:
     ret = "Any" if len(op.outputs) == 1 else f"tuple[{', '.join('Any' for _ in op.outputs)}]"
     doc = [op.doc or op.name, ""]
     each = ", ".join(_tensor_doc(t, op.dtypes) for t in op.inputs)
-    doc += [f"Inputs: a sequence of arrays, taken two at a time as {each}." if conv.variadic
-            else f"Inputs: {each}."]
+    doc += [
+        f"Inputs: a sequence of arrays, taken two at a time as {each}."
+        if conv.variadic
+        else f"Inputs: {each}."
+    ]
     doc += ["Returns: " + ", ".join(_tensor_doc(t, op.dtypes) for t in op.outputs) + "."]
     doc += [f"Calling convention: {conv.name} ({conv.doc}).", f"Spec: {op.spec}."]
     body = "\n".join(f"    {line}" if line else "" for line in doc).lstrip()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from generator.core import expressions
+from generator.core.dtypes import DTYPES
 from generator.device.profile import DeviceProfile
 from generator.errors import CallError
 from generator.params.database import CATCH_ALL, Entry, TuningFile, bucket_of, schema_hash
@@ -141,7 +142,7 @@ class ParamLookup:
         a valid point of the space."""
         if not inst.device_params:
             return None
-        env = device_properties(self.profile)
+        env = device_properties(self.profile, inst.dtype)
         try:
             values = {p: _int_expr(text).evaluate(env) for p, text in inst.device_params}
         except (ZeroDivisionError, ValueError, ArithmeticError):
@@ -156,10 +157,12 @@ class ParamLookup:
         return Choice(params, "computed from the device's properties; nothing tuned applies")
 
 
-def device_properties(profile: DeviceProfile) -> dict[str, int]:
-    """What device_params expressions may read (spec.model.DEVICE_PROPERTIES)."""
+def device_properties(profile: DeviceProfile, dtype: str) -> dict[str, int]:
+    """What device_params expressions may read (spec.model.DEVICE_PROPERTIES), for an instance
+    of `dtype`."""
     widths = dict(profile.preferred_vector_widths)
     return {
+        "vector_width": widths.get(DTYPES[dtype].cl, 1),
         "vector_width_float": widths.get("float", 1),
         "vector_width_double": widths.get("double", 1),
         "vector_width_half": widths.get("half", 0),

@@ -137,9 +137,7 @@ def _ternary(f: Callable[..., np.ndarray], names: tuple[str, str, str], **kw: An
         )
         for dims, shapes in _TERNARY_SHAPES
     )
-    return Reference(
-        lambda a, _: {"out": np.asarray(f(*(a[n] for n in names)))}, cases=cases, **kw
-    )
+    return Reference(lambda a, _: {"out": np.asarray(f(*(a[n] for n in names)))}, cases=cases, **kw)
 
 
 def _where(cond: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:

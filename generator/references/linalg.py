@@ -87,6 +87,7 @@ PERMUTE_CASES = (
     _pm((4, 3, 0, 5), (0, 1, 3, 2)),
 )
 
+
 def _cc(b: int, ra: int, rb: int, i: int) -> Case:
     return Case({"B": b, "RA": ra, "RB": rb, "I": i})
 
@@ -108,7 +109,8 @@ REFERENCES: dict[str, Reference] = {
     "gemm": Reference(_gemm, cases=GEMM_CASES, reduce="K"),
     "permute": Reference(_permute, cases=PERMUTE_CASES),
     "concat": Reference(
-        lambda a, _: {"y": np.concatenate((a["a"], a["b"]), axis=1)}, cases=CONCAT_CASES,
+        lambda a, _: {"y": np.concatenate((a["a"], a["b"]), axis=1)},
+        cases=CONCAT_CASES,
         exact=True,
     ),
 }

@@ -33,6 +33,7 @@ BATCH_NORM_CASES = (
     _bn(2, 3, 0),
 )
 
+
 def _pool_geometry(h: int, k: int, s: int, p: int, d: int, ceil: int) -> int:
     """PyTorch's pooling_output_shape."""
     out = (h + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil else 0)) // s + 1

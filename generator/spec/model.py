@@ -129,6 +129,7 @@ class LaunchSpec(_Model):
 
 # what a variant's device_params may read of the device (see generator.params.lookup)
 DEVICE_PROPERTIES = (
+    "vector_width",  # the preferred width of the instance's own dtype
     "vector_width_float",
     "vector_width_double",
     "vector_width_half",

@@ -280,6 +280,17 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0 if sel.chosen else 1
 
 
+def _positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -287,7 +298,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else _tree(args).root / "bench-results"
     ops = [o for o in args.ops.split(",") if o] if args.ops else None
-    return run_bench(as_json=args.json, quick=args.quick, out_dir=out, ops=ops)
+    return run_bench(as_json=args.json, quick=args.quick, out_dir=out, ops=ops, rounds=args.rounds)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -390,6 +401,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", help="where bench.txt, bench.json and bench.png go (default: bench-results/)"
     )
     b.add_argument("--ops", help="only the cases of these ops, e.g. exp,gelu (default: all)")
+    b.add_argument(
+        "--rounds",
+        type=_positive_int,
+        help="run the throughput bench (clforge and every peer) this many times, one after "
+        "another, and report medians (default 3; --quick: 1)",
+    )
     b.set_defaults(func=cmd_bench)
 
     d = sub.add_parser("demo", help="run every op on the default device, checked against NumPy")

@@ -6,6 +6,7 @@ typedef float8 ACC8_;
 
 typedef float SUM_;
 typedef float8 SUM8_;
+typedef int8 IDX8_;  /* the lanes' indices: masks of the values' width */
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void argmax__cpu__f32(
@@ -24,61 +25,36 @@ __kernel void argmax__cpu__f32(
     const int i0_ = (w_ % blocks_) * 16;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
-        ACC_ a0_ = (ACC_)x[row_]; int j0_ = 0;
-        ACC_ a1_ = (ACC_)x[row_]; int j1_ = 0;
-        ACC_ a2_ = (ACC_)x[row_]; int j2_ = 0;
-        ACC_ a3_ = (ACC_)x[row_]; int j3_ = 0;
-        ACC_ a4_ = (ACC_)x[row_]; int j4_ = 0;
-        ACC_ a5_ = (ACC_)x[row_]; int j5_ = 0;
-        ACC_ a6_ = (ACC_)x[row_]; int j6_ = 0;
-        ACC_ a7_ = (ACC_)x[row_]; int j7_ = 0;
-        ACC_ a8_ = (ACC_)x[row_]; int j8_ = 0;
-        ACC_ a9_ = (ACC_)x[row_]; int j9_ = 0;
-        ACC_ a10_ = (ACC_)x[row_]; int j10_ = 0;
-        ACC_ a11_ = (ACC_)x[row_]; int j11_ = 0;
-        ACC_ a12_ = (ACC_)x[row_]; int j12_ = 0;
-        ACC_ a13_ = (ACC_)x[row_]; int j13_ = 0;
-        ACC_ a14_ = (ACC_)x[row_]; int j14_ = 0;
-        ACC_ a15_ = (ACC_)x[row_]; int j15_ = 0;
+        /* LANES / 8 explicit vector accumulators (argmax: with vector indices), loaded by
+           vload8: the NaN-propagating pick as vector selects (scalar accumulators with isnan
+           were not vectorized). Lane e of accumulator v sees indices r_ + 8 v + e in order. */
+        const ACC8_ first_ = (ACC8_)((ACC_)x[row_]);
+        ACC8_ a0_ = first_;
+        IDX8_ j0_ = (IDX8_)(0);
+        ACC8_ a1_ = first_;
+        IDX8_ j1_ = (IDX8_)(0);
+        const IDX8_ lane_ = (IDX8_)(0, 1, 2, 3, 4, 5, 6, 7);
         int r_ = 0;
         for (; r_ + 16 <= R; r_ += 16) {
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 0]; const int t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ + 0 : j0_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 1]; const int t_ = (((v_) > (a1_)) | (isnan(v_) & !isnan(a1_))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? r_ + 1 : j1_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 2]; const int t_ = (((v_) > (a2_)) | (isnan(v_) & !isnan(a2_))); a2_ = t_ ? v_ : a2_; j2_ = t_ ? r_ + 2 : j2_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 3]; const int t_ = (((v_) > (a3_)) | (isnan(v_) & !isnan(a3_))); a3_ = t_ ? v_ : a3_; j3_ = t_ ? r_ + 3 : j3_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 4]; const int t_ = (((v_) > (a4_)) | (isnan(v_) & !isnan(a4_))); a4_ = t_ ? v_ : a4_; j4_ = t_ ? r_ + 4 : j4_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 5]; const int t_ = (((v_) > (a5_)) | (isnan(v_) & !isnan(a5_))); a5_ = t_ ? v_ : a5_; j5_ = t_ ? r_ + 5 : j5_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 6]; const int t_ = (((v_) > (a6_)) | (isnan(v_) & !isnan(a6_))); a6_ = t_ ? v_ : a6_; j6_ = t_ ? r_ + 6 : j6_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 7]; const int t_ = (((v_) > (a7_)) | (isnan(v_) & !isnan(a7_))); a7_ = t_ ? v_ : a7_; j7_ = t_ ? r_ + 7 : j7_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 8]; const int t_ = (((v_) > (a8_)) | (isnan(v_) & !isnan(a8_))); a8_ = t_ ? v_ : a8_; j8_ = t_ ? r_ + 8 : j8_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 9]; const int t_ = (((v_) > (a9_)) | (isnan(v_) & !isnan(a9_))); a9_ = t_ ? v_ : a9_; j9_ = t_ ? r_ + 9 : j9_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 10]; const int t_ = (((v_) > (a10_)) | (isnan(v_) & !isnan(a10_))); a10_ = t_ ? v_ : a10_; j10_ = t_ ? r_ + 10 : j10_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 11]; const int t_ = (((v_) > (a11_)) | (isnan(v_) & !isnan(a11_))); a11_ = t_ ? v_ : a11_; j11_ = t_ ? r_ + 11 : j11_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 12]; const int t_ = (((v_) > (a12_)) | (isnan(v_) & !isnan(a12_))); a12_ = t_ ? v_ : a12_; j12_ = t_ ? r_ + 12 : j12_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 13]; const int t_ = (((v_) > (a13_)) | (isnan(v_) & !isnan(a13_))); a13_ = t_ ? v_ : a13_; j13_ = t_ ? r_ + 13 : j13_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 14]; const int t_ = (((v_) > (a14_)) | (isnan(v_) & !isnan(a14_))); a14_ = t_ ? v_ : a14_; j14_ = t_ ? r_ + 14 : j14_; };
-            { const ACC_ v_ = (ACC_)x[row_ + r_ + 15]; const int t_ = (((v_) > (a15_)) | (isnan(v_) & !isnan(a15_))); a15_ = t_ ? v_ : a15_; j15_ = t_ ? r_ + 15 : j15_; };
+            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 0)); const IDX8_ t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? lane_ + (IDX8_)(r_ + 0) : j0_; }
+            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 8)); const IDX8_ t_ = (((v_) > (a1_)) | (isnan(v_) & !isnan(a1_))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? lane_ + (IDX8_)(r_ + 8) : j1_; }
         }
+        /* fold the accumulators with the full test (ties and NaNs go to the smaller index) */
+        { const IDX8_ t_ = (((a1_) > (a0_)) | (((a1_) == (a0_)) & ((j1_) < (j0_))) | (isnan(a1_) & (!isnan(a0_) | ((j1_) < (j0_))))); a0_ = t_ ? a1_ : a0_; j0_ = t_ ? j1_ : j0_; }
+        ACC_ s_ = a0_.s0;
+        int at_ = (int)j0_.s0;
+        { const ACC_ v_ = a0_.s1; const int i_ = (int)j0_.s1; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s2; const int i_ = (int)j0_.s2; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s3; const int i_ = (int)j0_.s3; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s4; const int i_ = (int)j0_.s4; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s5; const int i_ = (int)j0_.s5; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s6; const int i_ = (int)j0_.s6; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s7; const int i_ = (int)j0_.s7; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
         for (; r_ < R; ++r_) {
-            { const ACC_ v_ = (ACC_)x[row_ + r_]; const int t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ : j0_; };
+            const ACC_ v_ = (ACC_)x[row_ + r_];
+            if (((v_) > (s_) || (isnan(v_) && !isnan(s_)))) { s_ = v_; at_ = r_; }
         }
-        /* pairwise, in index order, so argmax ties keep the first index */
-        if (((a1_) > (a0_) || ((a1_) == (a0_) && (j1_) < (j0_)) || (isnan(a1_) && (!isnan(a0_) || (j1_) < (j0_))))) { a0_ = a1_; j0_ = j1_; }
-        if (((a3_) > (a2_) || ((a3_) == (a2_) && (j3_) < (j2_)) || (isnan(a3_) && (!isnan(a2_) || (j3_) < (j2_))))) { a2_ = a3_; j2_ = j3_; }
-        if (((a5_) > (a4_) || ((a5_) == (a4_) && (j5_) < (j4_)) || (isnan(a5_) && (!isnan(a4_) || (j5_) < (j4_))))) { a4_ = a5_; j4_ = j5_; }
-        if (((a7_) > (a6_) || ((a7_) == (a6_) && (j7_) < (j6_)) || (isnan(a7_) && (!isnan(a6_) || (j7_) < (j6_))))) { a6_ = a7_; j6_ = j7_; }
-        if (((a9_) > (a8_) || ((a9_) == (a8_) && (j9_) < (j8_)) || (isnan(a9_) && (!isnan(a8_) || (j9_) < (j8_))))) { a8_ = a9_; j8_ = j9_; }
-        if (((a11_) > (a10_) || ((a11_) == (a10_) && (j11_) < (j10_)) || (isnan(a11_) && (!isnan(a10_) || (j11_) < (j10_))))) { a10_ = a11_; j10_ = j11_; }
-        if (((a13_) > (a12_) || ((a13_) == (a12_) && (j13_) < (j12_)) || (isnan(a13_) && (!isnan(a12_) || (j13_) < (j12_))))) { a12_ = a13_; j12_ = j13_; }
-        if (((a15_) > (a14_) || ((a15_) == (a14_) && (j15_) < (j14_)) || (isnan(a15_) && (!isnan(a14_) || (j15_) < (j14_))))) { a14_ = a15_; j14_ = j15_; }
-        if (((a2_) > (a0_) || ((a2_) == (a0_) && (j2_) < (j0_)) || (isnan(a2_) && (!isnan(a0_) || (j2_) < (j0_))))) { a0_ = a2_; j0_ = j2_; }
-        if (((a6_) > (a4_) || ((a6_) == (a4_) && (j6_) < (j4_)) || (isnan(a6_) && (!isnan(a4_) || (j6_) < (j4_))))) { a4_ = a6_; j4_ = j6_; }
-        if (((a10_) > (a8_) || ((a10_) == (a8_) && (j10_) < (j8_)) || (isnan(a10_) && (!isnan(a8_) || (j10_) < (j8_))))) { a8_ = a10_; j8_ = j10_; }
-        if (((a14_) > (a12_) || ((a14_) == (a12_) && (j14_) < (j12_)) || (isnan(a14_) && (!isnan(a12_) || (j14_) < (j12_))))) { a12_ = a14_; j12_ = j14_; }
-        if (((a4_) > (a0_) || ((a4_) == (a0_) && (j4_) < (j0_)) || (isnan(a4_) && (!isnan(a0_) || (j4_) < (j0_))))) { a0_ = a4_; j0_ = j4_; }
-        if (((a12_) > (a8_) || ((a12_) == (a8_) && (j12_) < (j8_)) || (isnan(a12_) && (!isnan(a8_) || (j12_) < (j8_))))) { a8_ = a12_; j8_ = j12_; }
-        if (((a8_) > (a0_) || ((a8_) == (a0_) && (j8_) < (j0_)) || (isnan(a8_) && (!isnan(a0_) || (j8_) < (j0_))))) { a0_ = a8_; j0_ = j8_; }
-        y[b_] = j0_;
+        y[b_] = at_;
     } else if (i0_ + 16 <= I) {
         const size_t col_ = row_ + i0_;
         ACC_ a0_ = (ACC_)x[col_ + 0]; int j0_ = 0;

@@ -7,6 +7,9 @@ typedef double8 ACC8_;
 
 typedef double SUM_;
 typedef double8 SUM8_;
+typedef double8 ACCW_;
+
+
 
 
 
@@ -26,31 +29,23 @@ __kernel void log_softmax__cpu__f64(
     const int i0_ = (w_ % blocks_) * 8;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
-        ACC8_ vmax_ = (ACC8_)(-HUGE_VAL);
+        ACCW_ vmax_ = (ACCW_)(-HUGE_VAL);
         int r_ = 0;
         for (; r_ + 8 <= R; r_ += 8) {
-            const ACC8_ v_ = (ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]);
+            const ACCW_ v_ = (ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]);
             vmax_ = v_ > vmax_ ? v_ : vmax_;
         }
-        ACC_ max_ = -HUGE_VAL;
-        max_ = vmax_.s0 > max_ ? vmax_.s0 : max_;
-        max_ = vmax_.s1 > max_ ? vmax_.s1 : max_;
-        max_ = vmax_.s2 > max_ ? vmax_.s2 : max_;
-        max_ = vmax_.s3 > max_ ? vmax_.s3 : max_;
-        max_ = vmax_.s4 > max_ ? vmax_.s4 : max_;
-        max_ = vmax_.s5 > max_ ? vmax_.s5 : max_;
-        max_ = vmax_.s6 > max_ ? vmax_.s6 : max_;
-        max_ = vmax_.s7 > max_ ? vmax_.s7 : max_;
+        ACC_ max_ = fmax(fmax(fmax(vmax_.lo, vmax_.hi).lo, fmax(vmax_.lo, vmax_.hi).hi).lo, fmax(fmax(vmax_.lo, vmax_.hi).lo, fmax(vmax_.lo, vmax_.hi).hi).hi);
         for (; r_ < R; ++r_) {
             const ACC_ v_ = (ACC_)x[row_ + r_];
             max_ = v_ > max_ ? v_ : max_;
         }
-        ACC8_ vsum_ = 0;
+        ACCW_ vsum_ = 0;
         for (r_ = 0; r_ + 8 <= R; r_ += 8) {
-            const ACC8_ e_ = exp((ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]) - max_);
+            const ACCW_ e_ = exp((ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]) - max_);
             vsum_ += e_;
         }
-        ACC_ sum_ = ((vsum_.s0 + vsum_.s1) + (vsum_.s2 + vsum_.s3)) + ((vsum_.s4 + vsum_.s5) + (vsum_.s6 + vsum_.s7));
+        ACC_ sum_ = (((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).lo + ((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).hi);
         for (; r_ < R; ++r_) {
             const ACC_ e_ = exp((ACC_)x[row_ + r_] - max_);
             sum_ += e_;
@@ -65,20 +60,20 @@ __kernel void log_softmax__cpu__f64(
 
     } else if (i0_ + 8 <= I) {
         const size_t col_ = row_ + i0_;
-        ACC8_ vmax_ = (ACC8_)(-HUGE_VAL);
+        ACCW_ vmax_ = (ACCW_)(-HUGE_VAL);
         int r_ = 0;
         for (; r_ + 1 <= R; r_ += 1) {
-            const ACC8_ v_ = (ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]);
+            const ACCW_ v_ = (ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]);
             vmax_ = v_ > vmax_ ? v_ : vmax_;
         }
-        const ACC8_ max_ = vmax_;
-        ACC8_ vsum_ = 0;
+        const ACCW_ max_ = vmax_;
+        ACCW_ vsum_ = 0;
         for (r_ = 0; r_ + 1 <= R; r_ += 1) {
-            const ACC8_ e_ = exp((ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]) - max_);
+            const ACCW_ e_ = exp((ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]) - max_);
             vsum_ += e_;
         }
-        const ACC8_ sum_ = vsum_;
-        const ACC8_ lse_ = log(sum_);
+        const ACCW_ sum_ = vsum_;
+        const ACCW_ lse_ = log(sum_);
         for (r_ = 0; r_ + 1 <= R; r_ += 1) {
             { const ACC8_ p_ = ((ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]) - max_) - lse_; y[(col_ + (size_t)r_ * I) + 0] = (double)(p_.s0); y[(col_ + (size_t)r_ * I) + 1] = (double)(p_.s1); y[(col_ + (size_t)r_ * I) + 2] = (double)(p_.s2); y[(col_ + (size_t)r_ * I) + 3] = (double)(p_.s3); y[(col_ + (size_t)r_ * I) + 4] = (double)(p_.s4); y[(col_ + (size_t)r_ * I) + 5] = (double)(p_.s5); y[(col_ + (size_t)r_ * I) + 6] = (double)(p_.s6); y[(col_ + (size_t)r_ * I) + 7] = (double)(p_.s7); }
         }

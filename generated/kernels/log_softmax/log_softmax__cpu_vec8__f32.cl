@@ -6,6 +6,49 @@ typedef float8 ACC8_;
 
 typedef float SUM_;
 typedef float8 SUM8_;
+typedef float8 ACCW_;
+// e^x: x clamped to [-104, 89] (e^-inf = 0, e^inf = inf, NaN stays NaN); 2^n as 2^(n + 24) 2^-24
+// below 0 (denormal results) and 2^(n - 1) 2 above (no overflow before e^x does)
+inline float8 exp_w8_(float8 x) {
+    x = x < -104.0f ? (float8)-104.0f : x;
+    x = x > 89.0f ? (float8)89.0f : x;
+    const float8 j = x * 1.44269504f + 12582912.0f;
+    const float8 n = j - 12582912.0f;
+    const float8 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    float8 p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const float8 s = as_float8((as_int8(j) + (x < 0.0f ? (int8)151 : (int8)126)) << 23);
+    return (p * s) * (x < 0.0f ? (float8)5.96046448e-8f : (float8)2.0f);
+}
+
+
+// e^x: x clamped to [-104, 89] (e^-inf = 0, e^inf = inf, NaN stays NaN); 2^n as 2^(n + 24) 2^-24
+// below 0 (denormal results) and 2^(n - 1) 2 above (no overflow before e^x does)
+inline float exp_w1_(float x) {
+    x = x < -104.0f ? (float)-104.0f : x;
+    x = x > 89.0f ? (float)89.0f : x;
+    const float j = x * 1.44269504f + 12582912.0f;
+    const float n = j - 12582912.0f;
+    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const float s = as_float((as_int(j) + (x < 0.0f ? (int)151 : (int)126)) << 23);
+    return (p * s) * (x < 0.0f ? (float)5.96046448e-8f : (float)2.0f);
+}
+
+
+
+
 
 
 
@@ -25,38 +68,30 @@ __kernel void log_softmax__cpu_vec8__f32(
     const int i0_ = (w_ % blocks_) * 8;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
-        ACC8_ vmax_ = (ACC8_)(-HUGE_VALF);
+        ACCW_ vmax_ = (ACCW_)(-HUGE_VALF);
         int r_ = 0;
         for (; r_ + 8 <= R; r_ += 8) {
-            const ACC8_ v_ = *(__global const ACC8_*)(x + (row_ + r_));
+            const ACCW_ v_ = *(__global const float8*)(x + (row_ + r_));
             vmax_ = v_ > vmax_ ? v_ : vmax_;
         }
-        ACC_ max_ = -HUGE_VALF;
-        max_ = vmax_.s0 > max_ ? vmax_.s0 : max_;
-        max_ = vmax_.s1 > max_ ? vmax_.s1 : max_;
-        max_ = vmax_.s2 > max_ ? vmax_.s2 : max_;
-        max_ = vmax_.s3 > max_ ? vmax_.s3 : max_;
-        max_ = vmax_.s4 > max_ ? vmax_.s4 : max_;
-        max_ = vmax_.s5 > max_ ? vmax_.s5 : max_;
-        max_ = vmax_.s6 > max_ ? vmax_.s6 : max_;
-        max_ = vmax_.s7 > max_ ? vmax_.s7 : max_;
+        ACC_ max_ = fmax(fmax(fmax(vmax_.lo, vmax_.hi).lo, fmax(vmax_.lo, vmax_.hi).hi).lo, fmax(fmax(vmax_.lo, vmax_.hi).lo, fmax(vmax_.lo, vmax_.hi).hi).hi);
         for (; r_ < R; ++r_) {
             const ACC_ v_ = (ACC_)x[row_ + r_];
             max_ = v_ > max_ ? v_ : max_;
         }
-        ACC8_ vsum_ = 0;
+        ACCW_ vsum_ = 0;
         for (r_ = 0; r_ + 8 <= R; r_ += 8) {
-            const ACC8_ e_ = exp(*(__global const ACC8_*)(x + (row_ + r_)) - max_);
+            const ACCW_ e_ = exp_w8_(*(__global const float8*)(x + (row_ + r_)) - max_);
             vsum_ += e_;
         }
-        ACC_ sum_ = ((vsum_.s0 + vsum_.s1) + (vsum_.s2 + vsum_.s3)) + ((vsum_.s4 + vsum_.s5) + (vsum_.s6 + vsum_.s7));
+        ACC_ sum_ = (((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).lo + ((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).hi);
         for (; r_ < R; ++r_) {
-            const ACC_ e_ = exp((ACC_)x[row_ + r_] - max_);
+            const ACC_ e_ = exp_w1_((ACC_)x[row_ + r_] - max_);
             sum_ += e_;
         }
         const ACC_ lse_ = log(sum_);
         for (r_ = 0; r_ + 8 <= R; r_ += 8) {
-            *(__global ACC8_*)(y + (row_ + r_)) = (*(__global const ACC8_*)(x + (row_ + r_)) - max_) - lse_;
+            *(__global float8*)(y + (row_ + r_)) = (*(__global const float8*)(x + (row_ + r_)) - max_) - lse_;
         }
         for (; r_ < R; ++r_) {
             y[row_ + r_] = (float)(((ACC_)x[row_ + r_] - max_) - lse_);
@@ -64,20 +99,20 @@ __kernel void log_softmax__cpu_vec8__f32(
 
     } else if (i0_ + 8 <= I) {
         const size_t col_ = row_ + i0_;
-        ACC8_ vmax_ = (ACC8_)(-HUGE_VALF);
+        ACCW_ vmax_ = (ACCW_)(-HUGE_VALF);
         int r_ = 0;
         for (; r_ + 1 <= R; r_ += 1) {
-            const ACC8_ v_ = (ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]);
+            const ACCW_ v_ = (ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]);
             vmax_ = v_ > vmax_ ? v_ : vmax_;
         }
-        const ACC8_ max_ = vmax_;
-        ACC8_ vsum_ = 0;
+        const ACCW_ max_ = vmax_;
+        ACCW_ vsum_ = 0;
         for (r_ = 0; r_ + 1 <= R; r_ += 1) {
-            const ACC8_ e_ = exp((ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]) - max_);
+            const ACCW_ e_ = exp_w8_((ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]) - max_);
             vsum_ += e_;
         }
-        const ACC8_ sum_ = vsum_;
-        const ACC8_ lse_ = log(sum_);
+        const ACCW_ sum_ = vsum_;
+        const ACCW_ lse_ = log(sum_);
         for (r_ = 0; r_ + 1 <= R; r_ += 1) {
             { const ACC8_ p_ = ((ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]) - max_) - lse_; y[(col_ + (size_t)r_ * I) + 0] = (float)(p_.s0); y[(col_ + (size_t)r_ * I) + 1] = (float)(p_.s1); y[(col_ + (size_t)r_ * I) + 2] = (float)(p_.s2); y[(col_ + (size_t)r_ * I) + 3] = (float)(p_.s3); y[(col_ + (size_t)r_ * I) + 4] = (float)(p_.s4); y[(col_ + (size_t)r_ * I) + 5] = (float)(p_.s5); y[(col_ + (size_t)r_ * I) + 6] = (float)(p_.s6); y[(col_ + (size_t)r_ * I) + 7] = (float)(p_.s7); }
         }
@@ -92,7 +127,7 @@ __kernel void log_softmax__cpu_vec8__f32(
             }
             ACC_ sum_ = 0;
             for (int r_ = 0; r_ < R; ++r_) {
-                sum_ += exp((ACC_)x[col_ + (size_t)r_ * I] - max_);
+                sum_ += exp_w1_((ACC_)x[col_ + (size_t)r_ * I] - max_);
             }
             const ACC_ lse_ = log(sum_);
             for (int r_ = 0; r_ < R; ++r_) {

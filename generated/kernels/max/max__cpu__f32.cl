@@ -24,8 +24,9 @@ __kernel void max__cpu__f32(
     const int i0_ = (w_ % blocks_) * 32;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
-        /* LANES / 8 explicit vector accumulators: the NaN-propagating pick as vector selects
-           (scalar accumulators with isnan were not vectorized) */
+        /* LANES / 8 explicit vector accumulators (argmax: with vector indices), loaded by
+           vload8: the NaN-propagating pick as vector selects (scalar accumulators with isnan
+           were not vectorized). Lane e of accumulator v sees indices r_ + 8 v + e in order. */
         const ACC8_ first_ = (ACC8_)((ACC_)x[row_]);
         ACC8_ a0_ = first_;
         ACC8_ a1_ = first_;
@@ -33,10 +34,10 @@ __kernel void max__cpu__f32(
         ACC8_ a3_ = first_;
         int r_ = 0;
         for (; r_ + 32 <= R; r_ += 32) {
-            { const ACC8_ v_ = (ACC8_)((ACC_)x[row_ + r_ + 0 + 0], (ACC_)x[row_ + r_ + 0 + 1], (ACC_)x[row_ + r_ + 0 + 2], (ACC_)x[row_ + r_ + 0 + 3], (ACC_)x[row_ + r_ + 0 + 4], (ACC_)x[row_ + r_ + 0 + 5], (ACC_)x[row_ + r_ + 0 + 6], (ACC_)x[row_ + r_ + 0 + 7]); a0_ = ((v_) > (a0_)) | isnan(v_) ? (v_) : (a0_); }
-            { const ACC8_ v_ = (ACC8_)((ACC_)x[row_ + r_ + 8 + 0], (ACC_)x[row_ + r_ + 8 + 1], (ACC_)x[row_ + r_ + 8 + 2], (ACC_)x[row_ + r_ + 8 + 3], (ACC_)x[row_ + r_ + 8 + 4], (ACC_)x[row_ + r_ + 8 + 5], (ACC_)x[row_ + r_ + 8 + 6], (ACC_)x[row_ + r_ + 8 + 7]); a1_ = ((v_) > (a1_)) | isnan(v_) ? (v_) : (a1_); }
-            { const ACC8_ v_ = (ACC8_)((ACC_)x[row_ + r_ + 16 + 0], (ACC_)x[row_ + r_ + 16 + 1], (ACC_)x[row_ + r_ + 16 + 2], (ACC_)x[row_ + r_ + 16 + 3], (ACC_)x[row_ + r_ + 16 + 4], (ACC_)x[row_ + r_ + 16 + 5], (ACC_)x[row_ + r_ + 16 + 6], (ACC_)x[row_ + r_ + 16 + 7]); a2_ = ((v_) > (a2_)) | isnan(v_) ? (v_) : (a2_); }
-            { const ACC8_ v_ = (ACC8_)((ACC_)x[row_ + r_ + 24 + 0], (ACC_)x[row_ + r_ + 24 + 1], (ACC_)x[row_ + r_ + 24 + 2], (ACC_)x[row_ + r_ + 24 + 3], (ACC_)x[row_ + r_ + 24 + 4], (ACC_)x[row_ + r_ + 24 + 5], (ACC_)x[row_ + r_ + 24 + 6], (ACC_)x[row_ + r_ + 24 + 7]); a3_ = ((v_) > (a3_)) | isnan(v_) ? (v_) : (a3_); }
+            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 0)); a0_ = ((v_) > (a0_)) | isnan(v_) ? (v_) : (a0_); }
+            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 8)); a1_ = ((v_) > (a1_)) | isnan(v_) ? (v_) : (a1_); }
+            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 16)); a2_ = ((v_) > (a2_)) | isnan(v_) ? (v_) : (a2_); }
+            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 24)); a3_ = ((v_) > (a3_)) | isnan(v_) ? (v_) : (a3_); }
         }
         a0_ = ((a1_) > (a0_)) | isnan(a1_) ? (a1_) : (a0_);
         a0_ = ((a2_) > (a0_)) | isnan(a2_) ? (a2_) : (a0_);

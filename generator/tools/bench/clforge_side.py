@@ -1,5 +1,5 @@
 """clforge's side of the bench, in the bench's own process: each case's chosen instance and its
-generic fallback on device arrays (no transfers), and the device's copy bandwidth."""
+generic fallback on device arrays (no transfers)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 
 from generator.call.binding import bind, resolve_attrs
@@ -72,8 +70,15 @@ class GenericPace:
 
 
 def time_case(
-    d: Dispatcher, case: Case, req: Request, timing: Timing, pace: GenericPace
+    d: Dispatcher,
+    case: Case,
+    req: Request,
+    timing: Timing,
+    pace: GenericPace,
+    with_generic: bool = True,
 ) -> Figures:
+    """The case's chosen instance, timed; and its generic fallback, unless `with_generic` is false
+    or `pace` predicts it too slow (then None, with a note if predicted)."""
     reg, rt, q = d.registry, d.runtime, d.runtime.queue
     op = reg.op(case.op)
     dev = {k: cla.to_device(q, v) for k, v in host_inputs(req).items()}
@@ -81,6 +86,8 @@ def time_case(
     t_chosen = seconds(functools.partial(rt.enqueue, chosen, dev), q.finish, timing)
     if chosen.inst.variant == "generic":
         return Figures(chosen.inst.name, t_chosen, t_chosen)
+    if not with_generic:
+        return Figures(chosen.inst.name, t_chosen, None)
     note = pace.too_slow(case, timing)
     if note:
         return Figures(chosen.inst.name, t_chosen, None, note)
@@ -90,42 +97,3 @@ def time_case(
     t_generic = seconds(functools.partial(rt.enqueue, plan, dev), q.finish, timing)
     pace.record(case, t_generic)
     return Figures(chosen.inst.name, t_chosen, t_generic)
-
-
-# --- the copy bandwidth ---------------------------------------------------------------------
-
-COPY_KERNEL = """
-__kernel void copy(__global const float16 *restrict src, __global float16 *restrict dst,
-                   const uint chunk) {
-    const size_t base = get_global_id(0) * (size_t)chunk;
-    for (uint i = 0; i < chunk; ++i)
-        dst[base + i] = src[base + i];
-}
-"""
-
-
-@dataclass(frozen=True)
-class Bandwidth:
-    gbps: float  # bytes read plus bytes written, per second, / 1e9
-    total_bytes: int  # the size of the copy
-    chunk_bytes: int  # contiguous bytes per work-item (work-groups of 1)
-
-
-def copy_bandwidth(
-    queue: cl.CommandQueue, timing: Timing, total_bytes: int = 256 * 2**20, chunk: int = 2**18
-) -> Bandwidth:
-    """A reference for memory-bound ops: a copy of `total_bytes` by work-items that each copy
-    `chunk` contiguous bytes as float16 vectors, one work-item per work-group."""
-    ctx = queue.context
-    kernel = cl.Program(ctx, COPY_KERNEL).build().copy
-    flags = cl.mem_flags
-    src = cl.Buffer(ctx, flags.READ_ONLY, total_bytes)
-    dst = cl.Buffer(ctx, flags.WRITE_ONLY, total_bytes)
-    for buf in (src, dst):  # touch every page before timing
-        cl.enqueue_fill_buffer(queue, buf, np.ones(1, np.float32), 0, total_bytes)
-    vec = 16 * 4  # bytes of a float16
-    kernel.set_args(src, dst, np.uint32(chunk // vec))
-    items = total_bytes // chunk
-    run = lambda: cl.enqueue_nd_range_kernel(queue, kernel, (items,), (1,))
-    t = seconds(run, queue.finish, timing)
-    return Bandwidth(2 * total_bytes / t / 1e9, total_bytes, chunk)

@@ -7,8 +7,9 @@ import math
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
+from generator.tools.bench.bandwidth import Bandwidth
 from generator.tools.bench.cases import Case
-from generator.tools.bench.clforge_side import Bandwidth, Figures
+from generator.tools.bench.clforge_side import Figures
 from generator.tools.bench.peers import NOT_ASKED, PeerRun
 from generator.tools.bench.protocol import Outcome
 
@@ -30,7 +31,8 @@ class Row(TypedDict):
     generic_note: str | None
     peers: dict[str, PeerCell]  # by peer key: numpy, onnxruntime, clblast
     ratios: dict[str, float | None]  # clforge's rate over each peer's and the generic's
-    of_bandwidth: float | None  # GB/s cases: clforge's GB/s over the copy's
+    copy: float | None  # GB/s cases: the GB/s of a copy moving as many bytes
+    of_bandwidth: float | None  # GB/s cases: clforge's GB/s over that copy's
 
 
 def _rate(amount: float, seconds: float | None) -> float | None:
@@ -49,17 +51,18 @@ def make_rows(
     cases: Sequence[Case],
     figures: Sequence[Figures],
     runs: Sequence[PeerRun],
-    bandwidth: Bandwidth | None,
+    copies: Sequence[Bandwidth | None],
 ) -> list[Row]:
+    """One row per case; `copies`: per case, the copy of as many bytes (memory-bound cases)."""
     rows: list[Row] = []
-    for i, (case, fig) in enumerate(zip(cases, figures, strict=True)):
+    for i, (case, fig, copy) in enumerate(zip(cases, figures, copies, strict=True)):
         amount = case.amount()
         ours = amount / fig.seconds
         generic = _rate(amount, fig.generic_seconds)
         cells = {run.peer.key: _cell(case, run.outcomes[i]) for run in runs}
         ratios = {key: _ratio(ours, cell["rate"]) for key, cell in cells.items()}
         ratios["generic"] = _ratio(ours, generic)
-        of_bw = ours / bandwidth.gbps if bandwidth and case.memory_bound else None
+        copy_gbps = copy.gbps if copy and case.memory_bound else None
         rows.append(
             {
                 "op": case.op,
@@ -73,7 +76,8 @@ def make_rows(
                 "generic_note": fig.generic_note,
                 "peers": cells,
                 "ratios": ratios,
-                "of_bandwidth": of_bw,
+                "copy": copy_gbps,
+                "of_bandwidth": _ratio(ours, copy_gbps),
             }
         )
     return rows
@@ -101,7 +105,7 @@ def _peer_text(cell: PeerCell) -> str:
 def _table(rows: Sequence[Row], runs: Sequence[PeerRun]) -> list[str]:
     titles = [run.peer.title for run in runs]
     head = ["case", "chosen instance", "clforge", "generic", *titles, "unit"]
-    head += [f"x{t}" for t in titles] + ["xgeneric", "of bandwidth"]
+    head += [f"x{t}" for t in titles] + ["xgeneric", "copy", "of copy"]
     table = [head]
     for r in rows:
         cells = [_peer_text(r["peers"][run.peer.key]) for run in runs]
@@ -111,7 +115,8 @@ def _table(rows: Sequence[Row], runs: Sequence[PeerRun]) -> list[str]:
         ]
         of_bw = "" if r["of_bandwidth"] is None else f"{100 * r['of_bandwidth']:.0f}%"
         ours = [r["label"], r["instance"], fmt(r["clforge"]), fmt(r["generic"])]
-        table.append([*ours, *cells, r["unit"], *ratios, _times(r["ratios"]["generic"]), of_bw])
+        extra = [_times(r["ratios"]["generic"]), fmt(r["copy"]) if r["copy"] else "", of_bw]
+        table.append([*ours, *cells, r["unit"], *ratios, *extra])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     left = {0, 1, len(titles) + 4}  # the case, the instance and the unit
     return [
@@ -148,11 +153,15 @@ def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -
         *(f"  {run.status()}" for run in runs),
     ]
     bw = report["bandwidth"]
-    lines.append(
+    lines += [
         f"memory bandwidth (copy, counted as read+write): {fmt(bw['gbps'])} GB/s "
         f"({bw['total_bytes'] // 2**20} MiB in {bw['chunk_bytes'] // 2**10} KiB chunks, "
-        "float16 loads and stores, work-groups of 1)"
-    )
+        f"float16 loads, plain stores {fmt(bw['plain_gbps'])}, streaming stores "
+        f"{fmt(bw['streaming_gbps'])}, work-groups of 1);",
+        "  per memory-bound case, `copy` is the same copy moving as many bytes as the case "
+        "(timed right after it,",
+        "  so that both see the same caches) and `of copy` clforge's GB/s over it",
+    ]
     over = report["overhead"]
     lines += [
         "",
@@ -161,7 +170,10 @@ def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -
         f"  raw pyopencl launch {over['raw_us']:.1f} us, eager ops.add {over['eager_us']:.1f} us,"
         f" ratio {over['ratio']:.2f}x  ({over['instance']})",
         "",
-        f"throughput on device arrays (no transfers), median of {t['repeats']}, higher is better;",
+        f"throughput on device arrays (no transfers), higher is better: each figure the median of "
+        f"{report['rounds']} round(s)",
+        f"(clforge, then each peer in its own process, once per round), each round's the median "
+        f"of {t['repeats']} repeats;",
         "ratios are clforge's figure over the other's (above 1: clforge is faster); NumPy runs",
         "a @ b for matmul and gemm and this project's reference implementation for the rest:",
         *_table(rows, runs),

@@ -4,6 +4,7 @@ with --json) and both written to DIR with the chart."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,11 +15,13 @@ from typing import Any
 
 from generator.call.dispatcher import dispatcher
 from generator.core.tree import DEFAULT
+from generator.tools.bench import rounds as merge
+from generator.tools.bench.bandwidth import Bandwidth, Copier
 from generator.tools.bench.cases import run_cases
 from generator.tools.bench.chart import write_chart
-from generator.tools.bench.clforge_side import GenericPace, copy_bandwidth, requests, time_case
+from generator.tools.bench.clforge_side import Figures, GenericPace, requests, time_case
 from generator.tools.bench.overhead import bench_first_call, bench_overhead
-from generator.tools.bench.peers import PEERS, run_peer
+from generator.tools.bench.peers import PEERS, PeerRun, run_peer
 from generator.tools.bench.protocol import Timing
 from generator.tools.bench.report import make_rows, text
 
@@ -31,10 +34,11 @@ class Settings:
     copy_bytes: int
     generic_budget_s: float  # skip timing a generic predicted to take longer than this
     peer_timeout_s: float
+    rounds: int  # the throughput bench, every side, this many times (figures: medians)
 
 
-FULL = Settings({"repeats": 5, "target_s": 0.05}, (3, 9, 2000), 3, 256 * 2**20, 20.0, 1800.0)
-QUICK = Settings({"repeats": 1, "target_s": 0.002}, (1, 1, 200), 1, 16 * 2**20, 20.0, 900.0)
+FULL = Settings({"repeats": 5, "target_s": 0.05}, (3, 9, 2000), 3, 256 * 2**20, 20.0, 1800.0, 3)
+QUICK = Settings({"repeats": 1, "target_s": 0.002}, (1, 1, 200), 1, 16 * 2**20, 20.0, 900.0, 1)
 
 
 def progress(msg: str) -> None:
@@ -60,34 +64,48 @@ def run_bench(
     quick: bool = False,
     out_dir: Path | None = None,
     ops: Sequence[str] | None = None,
+    rounds: int | None = None,
 ) -> int:
     s = QUICK if quick else FULL
+    if rounds is not None:
+        s = dataclasses.replace(s, rounds=rounds)
     out_dir = out_dir or DEFAULT.root / "bench-results"
     d = dispatcher()
     cases = run_cases(d.registry, quick, ops)
     reqs = requests(d.registry, cases)
     progress(f"copy bandwidth ({s.copy_bytes // 2**20} MiB)")
-    bw = copy_bandwidth(d.runtime.queue, s.timing, s.copy_bytes)
+    copier = Copier(d.runtime.queue)
+    bw = copier.measure(s.timing, s.copy_bytes)
     progress("per-call overhead")
     over = bench_overhead(*s.overhead)
     pace = GenericPace(s.generic_budget_s)
-    figures = []
-    for case, req in zip(cases, reqs, strict=True):
-        progress(f"clforge: {case.title}")
-        figures.append(time_case(d, case, req, s.timing, pace))
-    runs = []
-    for peer in PEERS:
-        progress(f"{peer.title}, in its own process")
-        runs.append(run_peer(peer, reqs, s.timing, s.peer_timeout_s))
+    per_case: list[list[Figures]] = [[] for _ in cases]
+    per_copy: list[list[Bandwidth | None]] = [[] for _ in cases]
+    per_peer: list[list[PeerRun]] = [[] for _ in PEERS]
+    for k in range(s.rounds):
+        at = f"round {k + 1}/{s.rounds}: " if s.rounds > 1 else ""
+        for i, (case, req) in enumerate(zip(cases, reqs, strict=True)):
+            progress(f"{at}clforge: {case.title}")
+            per_case[i].append(time_case(d, case, req, s.timing, pace, with_generic=k == 0))
+            # a copy of as many bytes, right after: the same caches and the same neighbours
+            nbytes = round(case.amount() * 1e9)
+            per_copy[i].append(copier.measure(s.timing, nbytes) if case.memory_bound else None)
+        for j, peer in enumerate(PEERS):
+            progress(f"{at}{peer.title}, in its own process")
+            per_peer[j].append(run_peer(peer, reqs, s.timing, s.peer_timeout_s))
+    figures = [merge.figures(f) for f in per_case]
+    copies = [merge.copy(c) for c in per_copy]
+    runs = [merge.peer_run(r) for r in per_peer]
     progress("first call in fresh processes")
     first = bench_first_call(s.first_call_repeats)
-    rows = make_rows(cases, figures, runs, bw)
+    rows = make_rows(cases, figures, runs, copies)
     report: dict[str, Any] = {
         "commit": commit(DEFAULT.root),
         "device": d.profile.name,
         "platform": d.runtime.device.platform.version.strip(),
         "quick": quick,
         "timing": s.timing,
+        "rounds": s.rounds,
         "peers": {
             run.peer.key: {
                 "title": run.peer.title,
@@ -100,6 +118,8 @@ def run_bench(
         },
         "bandwidth": {
             "gbps": bw.gbps,
+            "plain_gbps": bw.plain_gbps,
+            "streaming_gbps": bw.streaming_gbps,
             "total_bytes": bw.total_bytes,
             "chunk_bytes": bw.chunk_bytes,
         },
