@@ -84,7 +84,9 @@ def test_removed_variant_removes_its_files(tree: Tree) -> None:
 def test_a_family_change_reaches_every_member_and_only_them(tree: Tree) -> None:
     generate(tree)
     family = tree.specs / "families" / "softmax.yaml"
-    family.write_text(family.read_text().replace("params: {VEC: 8, VW: 8}", "params: {VEC: 4, VW: 8}"))
+    family.write_text(
+        family.read_text().replace("params: {VEC: 8, VW: 8}", "params: {VEC: 4, VW: 8}")
+    )
     with pytest.raises(StaleError) as err:
         generate(tree, check=True)
     assert set(err.value.paths) == {

@@ -194,8 +194,43 @@ def test_choice_on_each_profile(profile, conv: str, conv_f16: str) -> None:
     assert got == f"conv2d__{conv_f16}__f16__x_nhwc__y_nhwc"
 
 
-def test_grouped_convolutions_take_the_direct_cpu_kernel() -> None:
-    """The packed implicit GEMM serves ungrouped convolutions (its guard: groups == 1)."""
+@pytest.mark.parametrize(
+    ("dims", "variant"),
+    [
+        ({"groups": 2, "CG": 4}, "cpu_depthwise"),  # narrow groups: the direct vector kernel
+        ({"C": 128, "K": 128, "CG": 1, "groups": 128}, "cpu_depthwise"),  # depthwise
+        ({"C": 34, "K": 38, "CG": 17, "groups": 2}, "cpu_packed"),  # a GEMM per group
+        ({"C": 24, "K": 24, "CG": 12, "groups": 2}, "cpu"),  # 12 channels: neither
+    ],
+)
+def test_grouped_convolutions_choice(dims, variant: str) -> None:
+    """Grouped convolutions: the packed GEMM per group where the groups fill its panels
+    (K / groups >= 16, CG >= 4), the depthwise kernel for CG <= 8 (NCHW only), else cpu."""
     p = find_profile("pocl-cpu")
-    grouped = {**CONV_DIMS, "groups": 2, "CG": CONV_DIMS["C"] // 2}
-    assert _chosen(p, "conv2d", dims=grouped) == "conv2d__cpu__f32__x_row__y_row"
+    grouped = {**CONV_DIMS, **dims}
+    assert _chosen(p, "conv2d", dims=grouped) == f"conv2d__{variant}__f32__x_row__y_row"
+    nhwc = {"x": "nhwc", "y": "nhwc"}
+    if variant == "cpu_depthwise":  # channels-last: the direct kernel
+        assert _chosen(p, "conv2d", layouts=nhwc, dims=grouped).startswith("conv2d__cpu__")
+
+
+@pytest.mark.parametrize(
+    ("shape", "wshape", "options"),
+    [
+        ((1, 6, 9, 21), (6, 1, 3, 3), {"padding": 1, "groups": 6}),  # depthwise
+        ((2, 4, 11, 19), (8, 1, 3, 3), {"padding": 1, "stride": 2, "groups": 4}),  # x2, /2
+        ((1, 34, 7, 9), (38, 17, 3, 3), {"padding": 1, "groups": 2}),  # packed per group
+    ],
+)
+def test_grouped_and_depthwise_match_numpy_in_both_layouts(shape, wshape, options) -> None:
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    bias = rng.standard_normal(wshape[0]).astype(np.float32)
+    stride, pad = options.get("stride", 1), options["padding"]
+    attrs = {"pad_h": pad, "pad_w": pad, "groups": options["groups"]}
+    attrs |= {"stride_h": stride, "stride_w": stride}
+    want = _conv_ref(x, w, bias, **attrs)
+    np.testing.assert_allclose(ops.conv2d(x, w, bias, **options), want, rtol=1e-4, atol=1e-4)
+    nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    got = ops.conv2d(nhwc, w, bias, layout="NHWC", **options)
+    np.testing.assert_allclose(got, want.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)

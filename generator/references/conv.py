@@ -90,6 +90,11 @@ _CONV_CASES = (
     _conv(1, 4, 9, 10, 6, 3, 2, groups=2),
     _conv(2, 5, 7, 9, 5, 3, 3, groups=5, pad_h=1, pad_w=1),  # depthwise
     _conv(1, 3, 8, 23, 6, 3, 3, groups=3, stride_w=3),  # depthwise, channel multiplier 2
+    _conv(1, 3, 6, 37, 3, 3, 3, groups=3, pad_h=1, pad_w=1),  # depthwise, rows of 37
+    _conv(2, 4, 5, 41, 8, 3, 3, groups=4, stride_h=2, stride_w=2, pad_h=1, pad_w=1),  # x2, /2
+    _conv(1, 6, 7, 29, 9, 3, 3, groups=3, pad_h=1, pad_w=1),  # groups of 2 -> 3 channels
+    _conv(1, 34, 9, 11, 38, 3, 3, groups=2, pad_h=1, pad_w=1),  # groups of 17 -> 19 channels
+    _conv(2, 48, 7, 5, 102, 1, 1, groups=3, stride_h=2),  # groups of 16 -> 34, 1x1 /2
     _conv(0, 3, 5, 5, 2, 3, 3),  # N = 0
     _conv(1, 3, 2, 3, 5, 5, 4, pad_h=2, pad_w=2),  # the input smaller than the filter
     _conv(1, 2, 7, 31, 3, 2, 5, stride_h=1, stride_w=3, pad_h=0, pad_w=2, dil_h=2, dil_w=1),

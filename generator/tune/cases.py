@@ -31,6 +31,20 @@ BY_CONVENTION: dict[str, tuple[Case, ...]] = {
     "conv2d": (
         Case({"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3}),
         Case({"N": 1, "C": 64, "H": 56, "W": 56, "K": 128, "CG": 64, "R": 1, "S": 1}),
+        # the bench's other layers: 1x1, 3x3 stride 2, grouped (ResNeXt) and depthwise
+        Case({"N": 1, "C": 256, "H": 56, "W": 56, "K": 64, "CG": 256, "R": 1, "S": 1}),
+        Case(
+            {"N": 1, "C": 128, "H": 56, "W": 56, "K": 128, "CG": 128, "R": 3, "S": 3},
+            attrs={"stride_h": 2, "stride_w": 2, "pad_h": 1, "pad_w": 1},
+        ),
+        Case(
+            {"N": 1, "C": 128, "H": 56, "W": 56, "K": 128, "CG": 4, "R": 3, "S": 3},
+            attrs={"pad_h": 1, "pad_w": 1, "groups": 32},
+        ),
+        Case(
+            {"N": 1, "C": 128, "H": 56, "W": 56, "K": 128, "CG": 1, "R": 3, "S": 3},
+            attrs={"pad_h": 1, "pad_w": 1, "groups": 128},
+        ),
     ),
     "attention": (
         Case(

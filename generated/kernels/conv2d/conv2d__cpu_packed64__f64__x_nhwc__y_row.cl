@@ -6,7 +6,11 @@ typedef double ACC_;
 typedef double8 ACC8_;
 
 typedef double VU_ __attribute__((ext_vector_type(8), aligned(sizeof(double))));
-#define NP_ ((K + 31) / 32)
+/* the groups (as the spec's launch sizes compute them from the dims: C == 0 is one group), the
+   output channels of one and its panels */
+#define G_ max(C / max(CG, 1), 1)
+#define KG_ (K / G_)
+#define NPG_ ((KG_ + 31) / 32)
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void conv2d__cpu_packed64__f64__x_nhwc__y_row__pack_w(
@@ -34,12 +38,14 @@ __kernel void conv2d__cpu_packed64__f64__x_nhwc__y_row__pack_w(
     const int p_ = get_global_id(0);
     const int rs_ = get_global_id(1);
     const int r_ = rs_ / S, s_ = rs_ % S;
-    const int nr_ = min(32, K - p_ * 32);
-    __global T_* out_ = wp + ((size_t)p_ * R * S + rs_) * C * 32;
-    for (int c_ = 0; c_ < C; ++c_) {
+    const int pp_ = p_ % NPG_;
+    const int k0_ = (p_ / NPG_) * KG_ + pp_ * 32;
+    const int nr_ = min(32, KG_ - pp_ * 32);
+    __global T_* out_ = wp + ((size_t)p_ * R * S + rs_) * CG * 32;
+    for (int c_ = 0; c_ < CG; ++c_) {
         for (int j_ = 0; j_ < 32; ++j_) {
             out_[(size_t)c_ * 32 + j_] = j_ < nr_
-                ? w[(((size_t)(p_ * 32 + j_) * C + c_) * R + r_) * S + s_] : 0;
+                ? w[(((size_t)(k0_ + j_) * CG + c_) * R + r_) * S + s_] : 0;
         }
     }
 }
@@ -73,8 +79,10 @@ __kernel void conv2d__cpu_packed64__f64__x_nhwc__y_row__compute(
     const int p_ = get_global_id(1);
     const int n_ = get_global_id(2);
     const int np_ = OH * OW;
-    const int j0_ = p_ * 32;
-    __global const T_* x_ = x + (size_t)n_ * C * H * W;
+    const int g_ = p_ / NPG_, pp_ = p_ % NPG_;
+    const int j0_ = g_ * KG_ + pp_ * 32;
+    /* image n_, from the group's first input channel on */
+    __global const T_* x_ = x + (size_t)n_ * C * H * W + (size_t)g_ * CG;
     const int q0_ = min(qb_ + 0, np_ - 1);
     const int ih0_ = (q0_ / OW) * stride_h - pad_h;
     const int iw0_ = (q0_ % OW) * stride_w - pad_w;
@@ -117,7 +125,7 @@ __kernel void conv2d__cpu_packed64__f64__x_nhwc__y_row__compute(
     double8 c5_1_ = 0;
     double8 c5_2_ = 0;
     double8 c5_3_ = 0;
-    __global const T_* wp_ = wp + (size_t)p_ * R * S * C * 32;
+    __global const T_* wp_ = wp + (size_t)p_ * R * S * CG * 32;
     for (int r_ = 0; r_ < R; ++r_) {
         for (int s_ = 0; s_ < S; ++s_) {
             const int h0_ = ih0_ + r_ * dil_h, w0_ = iw0_ + s_ * dil_w;
@@ -138,8 +146,8 @@ __kernel void conv2d__cpu_packed64__f64__x_nhwc__y_row__compute(
             const int h5_ = ih5_ + r_ * dil_h, w5_ = iw5_ + s_ * dil_w;
             const bool in5_ = h5_ >= 0 && h5_ < H && w5_ >= 0 && w5_ < W;
             __global const T_* x5_ = x_ + (in5_ ? ((size_t)h5_ * W + w5_) * C : 0);
-            __global const T_* wtap_ = wp_ + (size_t)(r_ * S + s_) * C * 32;
-            for (int c_ = 0; c_ < C; ++c_) {
+            __global const T_* wtap_ = wp_ + (size_t)(r_ * S + s_) * CG * 32;
+            for (int c_ = 0; c_ < CG; ++c_) {
                 const double8 b0_ = *(__global const double8*)(wtap_ + (size_t)c_ * 32 + 0);
                 const double8 b1_ = *(__global const double8*)(wtap_ + (size_t)c_ * 32 + 8);
                 const double8 b2_ = *(__global const double8*)(wtap_ + (size_t)c_ * 32 + 16);
@@ -183,7 +191,7 @@ __kernel void conv2d__cpu_packed64__f64__x_nhwc__y_row__compute(
             }
         }
     }
-    const int nr_ = min(32, K - j0_);
+    const int nr_ = min(32, KG_ - pp_ * 32);
     double bias_[32];
     for (int j_ = 0; j_ < nr_; ++j_) bias_[j_] = (ACC_)bias[j0_ + j_];
     if (qb_ + 0 < np_) {

@@ -5,7 +5,11 @@ typedef float ACC_;
 typedef float8 ACC8_;
 
 typedef float VU_ __attribute__((ext_vector_type(16), aligned(sizeof(float))));
-#define NP_ ((K + 63) / 64)
+/* the groups (as the spec's launch sizes compute them from the dims: C == 0 is one group), the
+   output channels of one and its panels */
+#define G_ max(C / max(CG, 1), 1)
+#define KG_ (K / G_)
+#define NPG_ ((KG_ + 63) / 64)
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void conv2d__cpu_packed__f32__x_row__y_row__pack_w(
@@ -33,12 +37,14 @@ __kernel void conv2d__cpu_packed__f32__x_row__y_row__pack_w(
     const int p_ = get_global_id(0);
     const int rs_ = get_global_id(1);
     const int r_ = rs_ / S, s_ = rs_ % S;
-    const int nr_ = min(64, K - p_ * 64);
-    __global T_* out_ = wp + ((size_t)p_ * R * S + rs_) * C * 64;
-    for (int c_ = 0; c_ < C; ++c_) {
+    const int pp_ = p_ % NPG_;
+    const int k0_ = (p_ / NPG_) * KG_ + pp_ * 64;
+    const int nr_ = min(64, KG_ - pp_ * 64);
+    __global T_* out_ = wp + ((size_t)p_ * R * S + rs_) * CG * 64;
+    for (int c_ = 0; c_ < CG; ++c_) {
         for (int j_ = 0; j_ < 64; ++j_) {
             out_[(size_t)c_ * 64 + j_] = j_ < nr_
-                ? w[(((size_t)(p_ * 64 + j_) * C + c_) * R + r_) * S + s_] : 0;
+                ? w[(((size_t)(k0_ + j_) * CG + c_) * R + r_) * S + s_] : 0;
         }
     }
 }
@@ -72,8 +78,10 @@ __kernel void conv2d__cpu_packed__f32__x_row__y_row__compute(
     const int p_ = get_global_id(1);
     const int n_ = get_global_id(2);
     const int np_ = OH * OW;
-    const int j0_ = p_ * 64;
-    __global const T_* x_ = x + (size_t)n_ * C * H * W;
+    const int g_ = p_ / NPG_, pp_ = p_ % NPG_;
+    const int j0_ = g_ * KG_ + pp_ * 64;
+    /* image n_, from the group's first input channel on */
+    __global const T_* x_ = x + (size_t)n_ * C * H * W + (size_t)g_ * CG * H * W;
     const int q0_ = min(qb_ + 0, np_ - 1);
     const int ih0_ = (q0_ / OW) * stride_h - pad_h;
     const int iw0_ = (q0_ % OW) * stride_w - pad_w;
@@ -116,7 +124,7 @@ __kernel void conv2d__cpu_packed__f32__x_row__y_row__compute(
     float16 c5_1_ = 0;
     float16 c5_2_ = 0;
     float16 c5_3_ = 0;
-    __global const T_* wp_ = wp + (size_t)p_ * R * S * C * 64;
+    __global const T_* wp_ = wp + (size_t)p_ * R * S * CG * 64;
     for (int r_ = 0; r_ < R; ++r_) {
         for (int s_ = 0; s_ < S; ++s_) {
             const int h0_ = ih0_ + r_ * dil_h, w0_ = iw0_ + s_ * dil_w;
@@ -137,8 +145,8 @@ __kernel void conv2d__cpu_packed__f32__x_row__y_row__compute(
             const int h5_ = ih5_ + r_ * dil_h, w5_ = iw5_ + s_ * dil_w;
             const bool in5_ = h5_ >= 0 && h5_ < H && w5_ >= 0 && w5_ < W;
             __global const T_* x5_ = x_ + (in5_ ? (size_t)h5_ * W + w5_ : 0);
-            __global const T_* wtap_ = wp_ + (size_t)(r_ * S + s_) * C * 64;
-            for (int c_ = 0; c_ < C; ++c_) {
+            __global const T_* wtap_ = wp_ + (size_t)(r_ * S + s_) * CG * 64;
+            for (int c_ = 0; c_ < CG; ++c_) {
                 const float16 b0_ = *(__global const float16*)(wtap_ + (size_t)c_ * 64 + 0);
                 const float16 b1_ = *(__global const float16*)(wtap_ + (size_t)c_ * 64 + 16);
                 const float16 b2_ = *(__global const float16*)(wtap_ + (size_t)c_ * 64 + 32);
@@ -182,7 +190,7 @@ __kernel void conv2d__cpu_packed__f32__x_row__y_row__compute(
             }
         }
     }
-    const int nr_ = min(64, K - j0_);
+    const int nr_ = min(64, KG_ - pp_ * 64);
     float bias_[64];
     for (int j_ = 0; j_ < nr_; ++j_) bias_[j_] = (ACC_)bias[j0_ + j_];
     if (qb_ + 0 < np_) {

@@ -29,6 +29,9 @@ class Case:
     dtype: str = "f32"
     attrs: Mapping[str, float | int] = field(default_factory=dict)
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # broadcast inputs
+    # memory layouts other than row-major, by tensor (conv2d's x: "nhwc"); an output follows
+    # its op's convention (conv2d's y follows x); the peers get the row-major equivalent
+    layouts: Mapping[str, str] = field(default_factory=dict)
 
     def at(self, quick: bool) -> Case:
         """This case with its quick sizes (the same case when not quick)."""
@@ -93,8 +96,42 @@ def _matmul(n: int, dtype: str = "f32") -> Case:
     return Case("matmul", sizes, quick, _mnk, "GFLOP/s", "matmul {M}", dtype)
 
 
-_CONV = {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3, "OH": 54, "OW": 54}
-_CONV_QUICK = {**_CONV, "C": 8, "H": 10, "W": 10, "K": 8, "CG": 8, "OH": 8, "OW": 8}
+def _conv_dims(c: int, hw: int, k: int, r: int, groups: int, stride: int, pad: int) -> Sizes:
+    out = (hw + 2 * pad - r) // stride + 1
+    dims = {"N": 1, "C": c, "H": hw, "W": hw, "K": k, "CG": c // groups, "R": r, "S": r}
+    return {**dims, "OH": out, "OW": out}
+
+
+def _conv(
+    label: str,
+    c: int,
+    k: int,
+    r: int = 3,
+    *,
+    groups: int = 1,
+    stride: int = 1,
+    pad: int = 0,
+    quick: tuple[int, int] = (8, 8),
+    layout: str = "row",
+) -> Case:
+    """A batch-1 f32 conv2d layer on 56 x 56 images, square filters (ResNet/MobileNet-like);
+    `quick`: C and K at --quick (on 10 x 10 images), multiples of `groups`; `layout`: x's
+    (y follows it)."""
+    attrs = {"stride_h": stride, "stride_w": stride} if stride != 1 else {}
+    attrs |= {"pad_h": pad, "pad_w": pad} if pad else {}
+    attrs |= {"groups": groups} if groups != 1 else {}
+    return Case(
+        "conv2d",
+        _conv_dims(c, 56, k, r, groups, stride, pad),
+        _conv_dims(quick[0], 10, quick[1], r, groups, stride, pad),
+        _conv_flops,
+        "GFLOP/s",
+        label,
+        attrs=attrs,
+        layouts={"x": layout} if layout != "row" else {},
+    )
+
+
 _ATTENTION = {"B": 1, "H": 8, "HK": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64}
 _ATTENTION_QUICK = {"B": 1, "H": 2, "HK": 2, "SQ": 32, "SK": 32, "D": 16, "DV": 16}
 _NO_MASK = {"mask": (1, 1, 1, 1)}  # what an eager call without a mask passes
@@ -139,7 +176,12 @@ CASES: tuple[Case, ...] = (
         "GFLOP/s",
         "gemm {M}",
     ),
-    Case("conv2d", _CONV, _CONV_QUICK, _conv_flops, "GFLOP/s", "conv2d 3x3 {C}x{H}x{W}->{K}"),
+    _conv("conv2d 3x3 {C}x{H}x{W}->{K}", 64, 64),
+    _conv("conv2d 1x1 {C}x{H}x{W}->{K}", 256, 64, 1, quick=(16, 8)),
+    _conv("conv2d 3x3/2 {C}x{H}x{W}->{K}x{OH}x{OW}", 128, 128, stride=2, pad=1),
+    _conv("conv2d 3x3 NHWC {C}x{H}x{W}->{K}", 64, 64, layout="nhwc"),
+    _conv("conv2d 3x3 g32 {C}x{H}x{W}->{K}", 128, 128, groups=32, pad=1, quick=(64, 64)),
+    _conv("conv2d 3x3 depthwise {C}x{H}x{W}", 128, 128, groups=128, pad=1, quick=(128, 128)),
     *(
         Case(
             "attention",
@@ -166,7 +208,12 @@ def selected(quick: bool, ops: Collection[str] | None = None) -> list[Case]:
         if ops is not None and case.op not in ops:
             continue
         c = case.at(quick)
-        key = (c.op, c.dtype, repr(sorted(c.sizes.items())), repr(sorted(c.attrs.items())))
+        key = (
+            c.op,
+            c.dtype,
+            repr(sorted(c.sizes.items())),
+            repr(sorted(c.attrs.items())) + repr(sorted(c.layouts.items())),
+        )
         if key not in seen:
             seen.add(key)
             out.append(c)

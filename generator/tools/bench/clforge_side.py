@@ -7,11 +7,10 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import pyopencl.array as cla
-
 from generator.call.binding import bind, resolve_attrs
 from generator.call.dispatcher import Dispatcher
 from generator.registry.loader import Registry
+from generator.runtime.transfer import upload
 from generator.tools.bench.cases import Case
 from generator.tools.bench.protocol import Request, Timing, host_inputs, request
 from generator.tools.bench.timing import calls_per_timing, seconds
@@ -34,7 +33,9 @@ def requests(reg: Registry, cases: Sequence[Case]) -> list[Request]:
     for case in cases:
         op = reg.op(case.op)
         attrs = resolve_attrs(op, case.attrs)
-        out.append(request(op, case.dtype, dict(case.sizes), attrs, reg.roots(), case.shapes))
+        out.append(
+            request(op, case.dtype, dict(case.sizes), attrs, reg.roots(), case.shapes, case.layouts)
+        )
     return out
 
 
@@ -81,7 +82,8 @@ def time_case(
     or `pace` predicts it too slow (then None, with a note if predicted)."""
     reg, rt, q = d.registry, d.runtime, d.runtime.queue
     op = reg.op(case.op)
-    dev = {k: cla.to_device(q, v) for k, v in host_inputs(req).items()}
+    # an input in another layout (NHWC) is that layout's memory, viewed in logical order
+    dev = {k: upload(rt, v, req["layouts"].get(k, "row")) for k, v in host_inputs(req).items()}
     chosen = d.plan_for(op, dev, case.attrs)
     t_chosen = seconds(functools.partial(rt.enqueue, chosen, dev), q.finish, timing)
     if chosen.inst.variant == "generic":

@@ -36,7 +36,8 @@ def prepare(req: Request) -> Call | Outcome:
         a, b = x["a"], x["b"]
         return Call(lambda: a @ b)
     fn = references.resolve(req["reference"], [Path(r) for r in req["roots"]]).fn
-    return Call(functools.partial(_materialized, fn, x, req["attrs"]))
+    note = "the reference on the row-major (NCHW) equivalent" if req["layouts"] else None
+    return Call(functools.partial(_materialized, fn, x, req["attrs"]), note)
 
 
 def blas() -> str:

@@ -167,7 +167,9 @@ def _conv2d(req: Request, x: Arrays) -> list[Graph]:
         dilations=[int(a.get("dil_h", 1)), int(a.get("dil_w", 1))],
         group=int(a.get("groups", 1)),
     )
-    return [Graph([node], {k: x[k] for k in ("x", "w", "bias")})]
+    nhwc = req["layouts"].get("x") == "nhwc"
+    note = "Conv on the NCHW equivalent (ONNX's Conv is NCHW only)" if nhwc else None
+    return [Graph([node], {k: x[k] for k in ("x", "w", "bias")}, note=note)]
 
 
 def _attention(req: Request, x: Arrays) -> list[Graph]:

@@ -33,6 +33,7 @@ class Request(TypedDict):
     sizes: dict[str, int]
     attrs: dict[str, float | int]
     inputs: dict[str, InputSpec]
+    layouts: dict[str, str]  # clforge's memory layouts other than row-major (peers: row-major)
 
 
 class Outcome(TypedDict):
@@ -62,10 +63,13 @@ def request(
     attrs: dict[str, float | int],
     roots: Sequence[Path] = (),
     shapes: Mapping[str, tuple[int, ...]] | None = None,
+    layouts: Mapping[str, str] | None = None,
 ) -> Request:
     """A case for a peer's process; `roots`: the trees' folders, for an extension's reference;
     `shapes`: inputs whose shape is not the full one (a broadcast input, e.g. a one-element
-    attention mask, which is what an eager call without a mask passes)."""
+    attention mask, which is what an eager call without a mask passes); `layouts`: the memory
+    layouts clforge's side gives inputs (e.g. conv2d's x channels-last), which a peer may
+    follow or not (its note says so); the arrays themselves are always the logical ones."""
     ref = references.reference_of(op, roots)
     shapes = shapes or {}
     return {
@@ -83,6 +87,7 @@ def request(
             }
             for t in op.inputs
         },
+        "layouts": dict(layouts or {}),
     }
 
 
