@@ -69,7 +69,7 @@ test: $(OPENCL)
 	$(BIN)/ruff check generator tests tools examples
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 # The GPU check kit (README.md, "Checking on a GPU"), tried here so that a lent GPU machine is never
 # spent on a typo: build the wheelhouse (.gpu-wheels/, from PyPI), then the run step against the

@@ -1,7 +1,7 @@
 """Shared fixtures: one runtime on the present OpenCL device for the whole session.
 
 CLFORGE_DEVICE selects the device (a substring of its platform or device name), as everywhere.
-Tests are hermetic: clforge's program cache lives in a temporary folder for the session (never
+Tests are hermetic: clforge's program cache lives in a temporary folder per test process (never
 ~/.cache/clforge). `pytest -m "not slow"` skips the slow tests for a quick loop.
 """
 

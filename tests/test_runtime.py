@@ -44,7 +44,7 @@ def test_registry_contract_drives_geometry(registry) -> None:
         (
             "softmax__cpu_vec8__f32",
             {"x": np.ones((2, 7, 1), np.float32)},
-            "softmax__cpu_vec8__f32: guard 'R % VEC == 0' does not hold for B=2, R=7, I=1",
+            "softmax__cpu_vec8__f32: guard 'R % 16 == 0' does not hold for B=2, R=7, I=1",
         ),
         ("add__generic__f32", {"a": np.ones(3, np.float32)}, "add: missing input b (expects a, b)"),
         (

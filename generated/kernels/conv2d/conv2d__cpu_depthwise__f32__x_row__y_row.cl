@@ -45,53 +45,26 @@ __kernel void conv2d__cpu_depthwise__f32__x_row__y_row(
     const int fast_end_ = ow_lo_ + nfast_ * 8;
     const int fast_nb_end_ = ow_lo_ + (nfast_ / 2) * 16;
     for (int oh_ = oh0_; oh_ < ohend_; ++oh_) {
-        int lim_ = ow_lo_;
-        for (int ow0_ = 0; ow0_ < ow_lo_; ow0_ += 8) {
-                float8 acc0_0_ = (float8)(bias0_);
-                for (int c_ = 0; c_ < CG; ++c_) {
-                    for (int r_ = 0; r_ < R; ++r_) {
-                        const int ih_ = oh_ * stride_h - pad_h + r_ * dil_h;
-                        if (ih_ < 0 || ih_ >= H) {
+        for (int ow_ = 0; ow_ < ow_lo_; ++ow_) {
+            ACC_ a0_ = bias0_;
+            for (int c_ = 0; c_ < CG; ++c_) {
+                for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih_ = oh_ * stride_h - pad_h + r_ * dil_h;
+                    if (ih_ < 0 || ih_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih_)) * W + (0));
+                    for (int s_ = 0; s_ < S; ++s_) {
+                        const int iw_ = ow_ * stride_w - pad_w + s_ * dil_w;
+                        if (iw_ < 0 || iw_ >= W) {
                             continue;
                         }
-                        __global const T_* xrow_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih_)) * W + (0));
-                        __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
-                        for (int s_ = 0; s_ < S; ++s_) {
-                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
-                            const ACC_ w0_ = (ACC_)wt0_[s_];
-                            float8 xv0_;
-                            {
-                                const int iwl0_ = iw0_ + 0 * stride_w;
-                                const ACC_ x0_ = (ow0_ + 0 < lim_ && iwl0_ >= 0 && iwl0_ < W) ? (ACC_)xrow_[iwl0_] : (ACC_)0;
-                                const int iwl1_ = iw0_ + 1 * stride_w;
-                                const ACC_ x1_ = (ow0_ + 1 < lim_ && iwl1_ >= 0 && iwl1_ < W) ? (ACC_)xrow_[iwl1_] : (ACC_)0;
-                                const int iwl2_ = iw0_ + 2 * stride_w;
-                                const ACC_ x2_ = (ow0_ + 2 < lim_ && iwl2_ >= 0 && iwl2_ < W) ? (ACC_)xrow_[iwl2_] : (ACC_)0;
-                                const int iwl3_ = iw0_ + 3 * stride_w;
-                                const ACC_ x3_ = (ow0_ + 3 < lim_ && iwl3_ >= 0 && iwl3_ < W) ? (ACC_)xrow_[iwl3_] : (ACC_)0;
-                                const int iwl4_ = iw0_ + 4 * stride_w;
-                                const ACC_ x4_ = (ow0_ + 4 < lim_ && iwl4_ >= 0 && iwl4_ < W) ? (ACC_)xrow_[iwl4_] : (ACC_)0;
-                                const int iwl5_ = iw0_ + 5 * stride_w;
-                                const ACC_ x5_ = (ow0_ + 5 < lim_ && iwl5_ >= 0 && iwl5_ < W) ? (ACC_)xrow_[iwl5_] : (ACC_)0;
-                                const int iwl6_ = iw0_ + 6 * stride_w;
-                                const ACC_ x6_ = (ow0_ + 6 < lim_ && iwl6_ >= 0 && iwl6_ < W) ? (ACC_)xrow_[iwl6_] : (ACC_)0;
-                                const int iwl7_ = iw0_ + 7 * stride_w;
-                                const ACC_ x7_ = (ow0_ + 7 < lim_ && iwl7_ >= 0 && iwl7_ < W) ? (ACC_)xrow_[iwl7_] : (ACC_)0;
-                                xv0_ = (float8)(x0_, x1_, x2_, x3_, x4_, x5_, x6_, x7_);
-                            }
-                            acc0_0_ += xv0_ * w0_;
-                        }
+                        const ACC_ v_ = (ACC_)xrow_[iw_];
+                        a0_ += v_ * (ACC_)w[(((size_t)(kb_ + 0) * CG + c_) * R + r_) * S + s_];
                     }
                 }
-                {
-                    __global T_* yrow_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_)) * OW + (ow0_));
-                    float row_[8];
-                    *(VU_*)row_ = acc0_0_;
-                    for (int j_ = 0; j_ < min(8, lim_ - ow0_ - 0); ++j_) {
-                        yrow_[0 + j_] = row_[j_];
-                    }
-                }
-
+            }
+            y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_)) * OW + (ow_))] = (T_)a0_;
         }
         for (int ow0_ = ow_lo_; ow0_ < fast_nb_end_; ow0_ += 16) {
                 float8 acc0_0_ = (float8)(bias0_);
@@ -181,53 +154,26 @@ __kernel void conv2d__cpu_depthwise__f32__x_row__y_row(
                 }
 
         }
-        lim_ = OW;
-        for (int ow0_ = fast_end_; ow0_ < OW; ow0_ += 8) {
-                float8 acc0_0_ = (float8)(bias0_);
-                for (int c_ = 0; c_ < CG; ++c_) {
-                    for (int r_ = 0; r_ < R; ++r_) {
-                        const int ih_ = oh_ * stride_h - pad_h + r_ * dil_h;
-                        if (ih_ < 0 || ih_ >= H) {
+        for (int ow_ = fast_end_; ow_ < OW; ++ow_) {
+            ACC_ a0_ = bias0_;
+            for (int c_ = 0; c_ < CG; ++c_) {
+                for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih_ = oh_ * stride_h - pad_h + r_ * dil_h;
+                    if (ih_ < 0 || ih_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih_)) * W + (0));
+                    for (int s_ = 0; s_ < S; ++s_) {
+                        const int iw_ = ow_ * stride_w - pad_w + s_ * dil_w;
+                        if (iw_ < 0 || iw_ >= W) {
                             continue;
                         }
-                        __global const T_* xrow_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih_)) * W + (0));
-                        __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
-                        for (int s_ = 0; s_ < S; ++s_) {
-                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
-                            const ACC_ w0_ = (ACC_)wt0_[s_];
-                            float8 xv0_;
-                            {
-                                const int iwl0_ = iw0_ + 0 * stride_w;
-                                const ACC_ x0_ = (ow0_ + 0 < lim_ && iwl0_ >= 0 && iwl0_ < W) ? (ACC_)xrow_[iwl0_] : (ACC_)0;
-                                const int iwl1_ = iw0_ + 1 * stride_w;
-                                const ACC_ x1_ = (ow0_ + 1 < lim_ && iwl1_ >= 0 && iwl1_ < W) ? (ACC_)xrow_[iwl1_] : (ACC_)0;
-                                const int iwl2_ = iw0_ + 2 * stride_w;
-                                const ACC_ x2_ = (ow0_ + 2 < lim_ && iwl2_ >= 0 && iwl2_ < W) ? (ACC_)xrow_[iwl2_] : (ACC_)0;
-                                const int iwl3_ = iw0_ + 3 * stride_w;
-                                const ACC_ x3_ = (ow0_ + 3 < lim_ && iwl3_ >= 0 && iwl3_ < W) ? (ACC_)xrow_[iwl3_] : (ACC_)0;
-                                const int iwl4_ = iw0_ + 4 * stride_w;
-                                const ACC_ x4_ = (ow0_ + 4 < lim_ && iwl4_ >= 0 && iwl4_ < W) ? (ACC_)xrow_[iwl4_] : (ACC_)0;
-                                const int iwl5_ = iw0_ + 5 * stride_w;
-                                const ACC_ x5_ = (ow0_ + 5 < lim_ && iwl5_ >= 0 && iwl5_ < W) ? (ACC_)xrow_[iwl5_] : (ACC_)0;
-                                const int iwl6_ = iw0_ + 6 * stride_w;
-                                const ACC_ x6_ = (ow0_ + 6 < lim_ && iwl6_ >= 0 && iwl6_ < W) ? (ACC_)xrow_[iwl6_] : (ACC_)0;
-                                const int iwl7_ = iw0_ + 7 * stride_w;
-                                const ACC_ x7_ = (ow0_ + 7 < lim_ && iwl7_ >= 0 && iwl7_ < W) ? (ACC_)xrow_[iwl7_] : (ACC_)0;
-                                xv0_ = (float8)(x0_, x1_, x2_, x3_, x4_, x5_, x6_, x7_);
-                            }
-                            acc0_0_ += xv0_ * w0_;
-                        }
+                        const ACC_ v_ = (ACC_)xrow_[iw_];
+                        a0_ += v_ * (ACC_)w[(((size_t)(kb_ + 0) * CG + c_) * R + r_) * S + s_];
                     }
                 }
-                {
-                    __global T_* yrow_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_)) * OW + (ow0_));
-                    float row_[8];
-                    *(VU_*)row_ = acc0_0_;
-                    for (int j_ = 0; j_ < min(8, lim_ - ow0_ - 0); ++j_) {
-                        yrow_[0 + j_] = row_[j_];
-                    }
-                }
-
+            }
+            y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_)) * OW + (ow_))] = (T_)a0_;
         }
     }
 }
