@@ -7,6 +7,41 @@ typedef float8 ACC8_;
 /* a vector of VW elements at an address aligned only to its element (rows of c) */
 typedef float VU_ __attribute__((ext_vector_type(16), aligned(sizeof(float))));
 #define NP_ ((N + 63) / 64)
+#define MP_ ((M + 5) / 6)
+
+__attribute__((reqd_work_group_size(1, 1, 1)))
+__kernel void matmul__cpu_packed__f32__a_col__b_row__pack_a(
+    __global const float* restrict a,
+    __global float* restrict ap,
+    const int BATCH,
+    const int M,
+    const int N,
+    const int K,
+    const int BA,
+    const int BB
+)
+{
+    const int ip_ = get_global_id(0);
+    const int k0_ = get_global_id(1) * 256;
+    const int kend_ = min(k0_ + 256, K);
+    const size_t za_ = get_global_id(2);
+    __global const T_* a_ = a + za_ * (size_t)M * K;
+    __global T_* out_ = ap + (za_ * MP_ + ip_) * (size_t)K * 6;
+    const int r0_ = min(ip_ * 6 + 0, M - 1);
+    const int r1_ = min(ip_ * 6 + 1, M - 1);
+    const int r2_ = min(ip_ * 6 + 2, M - 1);
+    const int r3_ = min(ip_ * 6 + 3, M - 1);
+    const int r4_ = min(ip_ * 6 + 4, M - 1);
+    const int r5_ = min(ip_ * 6 + 5, M - 1);
+    for (int k_ = k0_; k_ < kend_; ++k_) {
+        out_[(size_t)k_ * 6 + 0] = a_[((k_) * M + (r0_))];
+        out_[(size_t)k_ * 6 + 1] = a_[((k_) * M + (r1_))];
+        out_[(size_t)k_ * 6 + 2] = a_[((k_) * M + (r2_))];
+        out_[(size_t)k_ * 6 + 3] = a_[((k_) * M + (r3_))];
+        out_[(size_t)k_ * 6 + 4] = a_[((k_) * M + (r4_))];
+        out_[(size_t)k_ * 6 + 5] = a_[((k_) * M + (r5_))];
+    }
+}
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void matmul__cpu_packed__f32__a_col__b_row__pack_b(
@@ -41,7 +76,7 @@ __kernel void matmul__cpu_packed__f32__a_col__b_row__pack_b(
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void matmul__cpu_packed__f32__a_col__b_row__compute(
-    __global const float* restrict a,
+    __global const float* restrict ap,
     __global const float* restrict bp,
     __global float* restrict c,
     const int BATCH,
@@ -60,15 +95,10 @@ __kernel void matmul__cpu_packed__f32__a_col__b_row__compute(
     const size_t bo_ = (BB == 1 ? 0 : z_) * K * N;
     const size_t co_ = z_ * M * N;
 
+    const size_t za_ = BA == 1 ? 0 : get_global_id(2);
     const size_t zb_ = BB == 1 ? 0 : get_global_id(2);
-    __global const T_* a_ = a + ao_;
+    __global const T_* ap_ = ap + (za_ * MP_ + get_global_id(0)) * (size_t)K * 6;
     __global const T_* bp_ = bp + (zb_ * NP_ + p_) * (size_t)K * 64;
-    const int r0_ = min(i0_ + 0, M - 1);
-    const int r1_ = min(i0_ + 1, M - 1);
-    const int r2_ = min(i0_ + 2, M - 1);
-    const int r3_ = min(i0_ + 3, M - 1);
-    const int r4_ = min(i0_ + 4, M - 1);
-    const int r5_ = min(i0_ + 5, M - 1);
     float16 c0_0_ = 0;
     float16 c0_1_ = 0;
     float16 c0_2_ = 0;
@@ -98,32 +128,32 @@ __kernel void matmul__cpu_packed__f32__a_col__b_row__compute(
         const float16 b1_ = *(__global const float16*)(bp_ + (size_t)k_ * 64 + 16);
         const float16 b2_ = *(__global const float16*)(bp_ + (size_t)k_ * 64 + 32);
         const float16 b3_ = *(__global const float16*)(bp_ + (size_t)k_ * 64 + 48);
-        const ACC_ a0_ = a_[((k_) * M + (r0_))];
+        const ACC_ a0_ = ap_[(size_t)k_ * 6 + 0];
         c0_0_ += a0_ * b0_;
         c0_1_ += a0_ * b1_;
         c0_2_ += a0_ * b2_;
         c0_3_ += a0_ * b3_;
-        const ACC_ a1_ = a_[((k_) * M + (r1_))];
+        const ACC_ a1_ = ap_[(size_t)k_ * 6 + 1];
         c1_0_ += a1_ * b0_;
         c1_1_ += a1_ * b1_;
         c1_2_ += a1_ * b2_;
         c1_3_ += a1_ * b3_;
-        const ACC_ a2_ = a_[((k_) * M + (r2_))];
+        const ACC_ a2_ = ap_[(size_t)k_ * 6 + 2];
         c2_0_ += a2_ * b0_;
         c2_1_ += a2_ * b1_;
         c2_2_ += a2_ * b2_;
         c2_3_ += a2_ * b3_;
-        const ACC_ a3_ = a_[((k_) * M + (r3_))];
+        const ACC_ a3_ = ap_[(size_t)k_ * 6 + 3];
         c3_0_ += a3_ * b0_;
         c3_1_ += a3_ * b1_;
         c3_2_ += a3_ * b2_;
         c3_3_ += a3_ * b3_;
-        const ACC_ a4_ = a_[((k_) * M + (r4_))];
+        const ACC_ a4_ = ap_[(size_t)k_ * 6 + 4];
         c4_0_ += a4_ * b0_;
         c4_1_ += a4_ * b1_;
         c4_2_ += a4_ * b2_;
         c4_3_ += a4_ * b3_;
-        const ACC_ a5_ = a_[((k_) * M + (r5_))];
+        const ACC_ a5_ = ap_[(size_t)k_ * 6 + 5];
         c5_0_ += a5_ * b0_;
         c5_1_ += a5_ * b1_;
         c5_2_ += a5_ * b2_;
