@@ -58,7 +58,8 @@ class Copier:
 
     def __init__(self, queue: cl.CommandQueue) -> None:
         self.queue = queue
-        self.program = cl.Program(queue.context, COPY_KERNELS).build()
+        program = cl.Program(queue.context, COPY_KERNELS).build()
+        self.kernels = (cl.Kernel(program, "copy"), cl.Kernel(program, "copy_nt"))
 
     def measure(self, timing: Timing, total_bytes: int) -> Bandwidth:
         """Copy `total_bytes` (rounded down to whole vectors and chunks; at least one vector)."""
@@ -71,7 +72,7 @@ class Copier:
         for buf in (src, dst):  # touch every page before timing
             cl.enqueue_fill_buffer(q, buf, np.ones(1, np.float32), 0, size)
         rates = []
-        for kernel in (self.program.copy, self.program.copy_nt):
+        for kernel in self.kernels:
             kernel.set_args(src, dst, np.uint32(chunk // VECTOR_BYTES))
             run = lambda k=kernel: cl.enqueue_nd_range_kernel(q, k, (items,), (1,))
             rates.append(2 * size / seconds(run, q.finish, timing) / 1e9)
