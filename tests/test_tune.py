@@ -354,3 +354,30 @@ def test_selection_follows_the_measured_crossover(runtime) -> None:
     assert d.choose("matmul", "f32", layouts, dims) == blocked
     other = {**dims, "M": 3000}  # another bucket: nothing measured, the ranking stands
     assert d.choose("matmul", "f32", layouts, other) == packed
+
+
+def test_a_parameter_set_the_guard_refuses_at_a_shape_is_not_timed_there() -> None:
+    """conv2d's depthwise kernel takes KB channels of one group per work-item, so its guard
+    needs KB to divide K / groups: KB=2 passes the op's cases with a channel multiplier of 2,
+    but at a depthwise shape (multiplier 1) it would compute half the channels, fast. The
+    tuner's worker refuses to time it there (it once won the tuning so)."""
+    from generator.tune.worker import Worker
+
+    worker = Worker()
+    dims = {"N": 1, "C": 8, "H": 9, "W": 9, "K": 8, "CG": 1, "R": 3, "S": 3, "OH": 9, "OW": 9}
+    attrs = {"stride_h": 1, "stride_w": 1, "pad_h": 1, "pad_w": 1, "dil_h": 1, "dil_w": 1}
+    req = {
+        "instance": "conv2d__cpu_depthwise__f32__x_row__y_row",
+        "dims": dims,
+        "shapes": {"x": [1, 8, 9, 9], "w": [8, 1, 3, 3], "bias": [8]},
+        "attrs": {**attrs, "groups": 8},
+        "repeats": 1,
+    }
+    refused = worker.handle({**req, "params": {"KB": 2, "NB": 1, "TH": 1, "VW": 4}})
+    assert refused["ok"] is False
+    assert (
+        refused["problem"].startswith("its guard ")
+        and "does not hold at this shape" in (refused["problem"])
+    )
+    timed = worker.handle({**req, "params": {"KB": 1, "NB": 1, "TH": 1, "VW": 4}})
+    assert timed["ok"] is True and timed["us"] > 0

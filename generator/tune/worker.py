@@ -16,13 +16,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from generator.call.binding import int_attrs
 from generator.core.tree import Tree
 from generator.errors import ClforgeError
 from generator.params.space import Params, as_params
 from generator.registry import loader as registry_mod
+from generator.registry.loader import guard_holds
 from generator.runtime.launch import Runtime
 from generator.tune.measure import device_inputs, time_plan
 from generator.tune.verify import verify
+
+NO_CASE = "its guard holds on none of the op's cases with these params, so nothing checked it"
 
 
 class Worker:
@@ -39,11 +43,17 @@ class Worker:
         key = (inst.name, params)
         if key not in self.verdicts:
             verdict = verify(self.rt, inst, params)
-            self.verdicts[key] = None if verdict.ok else (verdict.problem or "no case ran")
+            wrong = f"wrong: {verdict.problem}" if verdict.problem else NO_CASE
+            self.verdicts[key] = None if verdict.ok else wrong
         problem = self.verdicts[key]
         if problem is not None:
-            return {"ok": False, "problem": f"wrong: {problem}"[:2000]}
+            return {"ok": False, "problem": problem[:2000]}
         op = reg.op(inst.op)
+        # a parameter set the variant's guard refuses at this shape is never timed (it would
+        # compute something else, fast): the dispatcher could not run it there either
+        env = {**req["dims"], **int_attrs(op, req["attrs"])}
+        if not guard_holds(reg, inst, env, dict(params)):
+            return {"ok": False, "problem": f"its guard {inst.guard!r} does not hold at this shape"}
         shapes = {k: tuple(v) for k, v in req["shapes"].items()}
         plan = self.rt.plan(inst, req["dims"], req["attrs"], shapes, params)
         inputs = device_inputs(self.rt, op, inst.dtype, shapes, req["dims"])
