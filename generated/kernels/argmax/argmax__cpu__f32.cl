@@ -56,58 +56,34 @@ __kernel void argmax__cpu__f32(
         }
         y[b_] = at_;
     } else if (i0_ + 16 <= I) {
+        /* IB / 8 vector accumulators of 8 consecutive outputs each (contiguous at every r),
+           loaded by vload8; argmax's lanes see r in order (seq), with vector indices */
         const size_t col_ = row_ + i0_;
-        ACC_ a0_ = (ACC_)x[col_ + 0]; int j0_ = 0;
-        ACC_ a1_ = (ACC_)x[col_ + 1]; int j1_ = 0;
-        ACC_ a2_ = (ACC_)x[col_ + 2]; int j2_ = 0;
-        ACC_ a3_ = (ACC_)x[col_ + 3]; int j3_ = 0;
-        ACC_ a4_ = (ACC_)x[col_ + 4]; int j4_ = 0;
-        ACC_ a5_ = (ACC_)x[col_ + 5]; int j5_ = 0;
-        ACC_ a6_ = (ACC_)x[col_ + 6]; int j6_ = 0;
-        ACC_ a7_ = (ACC_)x[col_ + 7]; int j7_ = 0;
-        ACC_ a8_ = (ACC_)x[col_ + 8]; int j8_ = 0;
-        ACC_ a9_ = (ACC_)x[col_ + 9]; int j9_ = 0;
-        ACC_ a10_ = (ACC_)x[col_ + 10]; int j10_ = 0;
-        ACC_ a11_ = (ACC_)x[col_ + 11]; int j11_ = 0;
-        ACC_ a12_ = (ACC_)x[col_ + 12]; int j12_ = 0;
-        ACC_ a13_ = (ACC_)x[col_ + 13]; int j13_ = 0;
-        ACC_ a14_ = (ACC_)x[col_ + 14]; int j14_ = 0;
-        ACC_ a15_ = (ACC_)x[col_ + 15]; int j15_ = 0;
+        ACC8_ a0_ = vload8(0, x + (col_ + 0));
+        IDX8_ j0_ = (IDX8_)(0);
+        ACC8_ a1_ = vload8(0, x + (col_ + 8));
+        IDX8_ j1_ = (IDX8_)(0);
         for (int r_ = 1; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
-            { const ACC_ v_ = (ACC_)x[at_ + 0]; const int t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ : j0_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 1]; const int t_ = (((v_) > (a1_)) | (isnan(v_) & !isnan(a1_))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? r_ : j1_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 2]; const int t_ = (((v_) > (a2_)) | (isnan(v_) & !isnan(a2_))); a2_ = t_ ? v_ : a2_; j2_ = t_ ? r_ : j2_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 3]; const int t_ = (((v_) > (a3_)) | (isnan(v_) & !isnan(a3_))); a3_ = t_ ? v_ : a3_; j3_ = t_ ? r_ : j3_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 4]; const int t_ = (((v_) > (a4_)) | (isnan(v_) & !isnan(a4_))); a4_ = t_ ? v_ : a4_; j4_ = t_ ? r_ : j4_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 5]; const int t_ = (((v_) > (a5_)) | (isnan(v_) & !isnan(a5_))); a5_ = t_ ? v_ : a5_; j5_ = t_ ? r_ : j5_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 6]; const int t_ = (((v_) > (a6_)) | (isnan(v_) & !isnan(a6_))); a6_ = t_ ? v_ : a6_; j6_ = t_ ? r_ : j6_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 7]; const int t_ = (((v_) > (a7_)) | (isnan(v_) & !isnan(a7_))); a7_ = t_ ? v_ : a7_; j7_ = t_ ? r_ : j7_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 8]; const int t_ = (((v_) > (a8_)) | (isnan(v_) & !isnan(a8_))); a8_ = t_ ? v_ : a8_; j8_ = t_ ? r_ : j8_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 9]; const int t_ = (((v_) > (a9_)) | (isnan(v_) & !isnan(a9_))); a9_ = t_ ? v_ : a9_; j9_ = t_ ? r_ : j9_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 10]; const int t_ = (((v_) > (a10_)) | (isnan(v_) & !isnan(a10_))); a10_ = t_ ? v_ : a10_; j10_ = t_ ? r_ : j10_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 11]; const int t_ = (((v_) > (a11_)) | (isnan(v_) & !isnan(a11_))); a11_ = t_ ? v_ : a11_; j11_ = t_ ? r_ : j11_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 12]; const int t_ = (((v_) > (a12_)) | (isnan(v_) & !isnan(a12_))); a12_ = t_ ? v_ : a12_; j12_ = t_ ? r_ : j12_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 13]; const int t_ = (((v_) > (a13_)) | (isnan(v_) & !isnan(a13_))); a13_ = t_ ? v_ : a13_; j13_ = t_ ? r_ : j13_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 14]; const int t_ = (((v_) > (a14_)) | (isnan(v_) & !isnan(a14_))); a14_ = t_ ? v_ : a14_; j14_ = t_ ? r_ : j14_; };
-            { const ACC_ v_ = (ACC_)x[at_ + 15]; const int t_ = (((v_) > (a15_)) | (isnan(v_) & !isnan(a15_))); a15_ = t_ ? v_ : a15_; j15_ = t_ ? r_ : j15_; };
+            { const ACC8_ v_ = vload8(0, x + (at_ + 0)); const IDX8_ t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? (IDX8_)(r_) : j0_; }
+            { const ACC8_ v_ = vload8(0, x + (at_ + 8)); const IDX8_ t_ = (((v_) > (a1_)) | (isnan(v_) & !isnan(a1_))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? (IDX8_)(r_) : j1_; }
         }
-        y[(size_t)b_ * I + i0_ + 0] = j0_;
-        y[(size_t)b_ * I + i0_ + 1] = j1_;
-        y[(size_t)b_ * I + i0_ + 2] = j2_;
-        y[(size_t)b_ * I + i0_ + 3] = j3_;
-        y[(size_t)b_ * I + i0_ + 4] = j4_;
-        y[(size_t)b_ * I + i0_ + 5] = j5_;
-        y[(size_t)b_ * I + i0_ + 6] = j6_;
-        y[(size_t)b_ * I + i0_ + 7] = j7_;
-        y[(size_t)b_ * I + i0_ + 8] = j8_;
-        y[(size_t)b_ * I + i0_ + 9] = j9_;
-        y[(size_t)b_ * I + i0_ + 10] = j10_;
-        y[(size_t)b_ * I + i0_ + 11] = j11_;
-        y[(size_t)b_ * I + i0_ + 12] = j12_;
-        y[(size_t)b_ * I + i0_ + 13] = j13_;
-        y[(size_t)b_ * I + i0_ + 14] = j14_;
-        y[(size_t)b_ * I + i0_ + 15] = j15_;
+        y[(size_t)b_ * I + i0_ + 0] = (int)j0_.s0;
+        y[(size_t)b_ * I + i0_ + 1] = (int)j0_.s1;
+        y[(size_t)b_ * I + i0_ + 2] = (int)j0_.s2;
+        y[(size_t)b_ * I + i0_ + 3] = (int)j0_.s3;
+        y[(size_t)b_ * I + i0_ + 4] = (int)j0_.s4;
+        y[(size_t)b_ * I + i0_ + 5] = (int)j0_.s5;
+        y[(size_t)b_ * I + i0_ + 6] = (int)j0_.s6;
+        y[(size_t)b_ * I + i0_ + 7] = (int)j0_.s7;
+        y[(size_t)b_ * I + i0_ + 8] = (int)j1_.s0;
+        y[(size_t)b_ * I + i0_ + 9] = (int)j1_.s1;
+        y[(size_t)b_ * I + i0_ + 10] = (int)j1_.s2;
+        y[(size_t)b_ * I + i0_ + 11] = (int)j1_.s3;
+        y[(size_t)b_ * I + i0_ + 12] = (int)j1_.s4;
+        y[(size_t)b_ * I + i0_ + 13] = (int)j1_.s5;
+        y[(size_t)b_ * I + i0_ + 14] = (int)j1_.s6;
+        y[(size_t)b_ * I + i0_ + 15] = (int)j1_.s7;
     } else {
         for (int i_ = i0_; i_ < I; ++i_) {
             const size_t col_ = row_ + i_;
