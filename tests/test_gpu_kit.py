@@ -38,6 +38,31 @@ def kit(
     )
 
 
+def run_locally(
+    out: Path, tests: str, ops: str, tune_budget: int
+) -> subprocess.CompletedProcess[str]:
+    """The kit's run step against the local device, without installing anything."""
+    return kit(
+        "run",
+        "--skip-install",
+        "--skip-driver",
+        "--python",
+        sys.executable,
+        "--device-match",
+        local_device(),
+        "--out",
+        str(out),
+        "--jobs",
+        "1",
+        "--tests",
+        tests,
+        "--ops",
+        ops,
+        "--tune-budget",
+        str(tune_budget),
+    )
+
+
 def statuses(out: Path) -> dict[str, str]:
     """Each step's status in summary.txt (its last line, `result: ...`, left out)."""
     found = dict(STATUS.findall((out / "summary.txt").read_text(encoding="utf-8")))
@@ -129,24 +154,8 @@ def test_driver_writes_an_icd_file_naming_the_library(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_run_against_the_local_device(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = kit(
-        "run",
-        "--skip-install",
-        "--skip-driver",
-        "--python",
-        sys.executable,
-        "--device-match",
-        local_device(),
-        "--out",
-        str(out),
-        "--jobs",
-        "1",
-        "--tests",
-        "test_instance_matches_numpy and relu__generic__f32 and not leaky",
-        "--ops",
-        "relu,softmax",
-        "--tune-budget",
-        "5",
+    done = run_locally(
+        out, "test_instance_matches_numpy and relu__generic__f32 and not leaky", "relu,softmax", 5
     )
     assert done.returncode == 0, done.stdout + done.stderr
     got = statuses(out)
@@ -181,25 +190,7 @@ def test_run_against_the_local_device(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_run_goes_on_past_a_failing_step(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = kit(
-        "run",
-        "--skip-install",
-        "--skip-driver",
-        "--python",
-        sys.executable,
-        "--device-match",
-        local_device(),
-        "--out",
-        str(out),
-        "--jobs",
-        "1",
-        "--tests",
-        "no_test_has_this_name",
-        "--ops",
-        "relu",
-        "--tune-budget",
-        "0",
-    )
+    done = run_locally(out, "no_test_has_this_name", "relu", 0)
     assert done.returncode == 1
     got = statuses(out)
     assert got["tests"] == "FAIL" and got["explain"] == "ok"
