@@ -24,6 +24,7 @@ from generator.params.database import (
     TuningError,
     TuningFile,
     bucket_of,
+    load,
     load_folder,
     merge,
     parse,
@@ -381,3 +382,22 @@ def test_a_parameter_set_the_guard_refuses_at_a_shape_is_not_timed_there() -> No
     )
     timed = worker.handle({**req, "params": {"KB": 1, "NB": 1, "TH": 1, "VW": 4}})
     assert timed["ok"] is True and timed["us"] > 0
+
+
+@pytest.mark.slow
+def test_a_run_at_chosen_shapes_keeps_the_catch_all_entries(planted: Tree) -> None:
+    """`clforge tune --shapes ...` measures a few shapes picked by hand: it writes their
+    buckets' entries and leaves the file's catch-all (from a run at the representative shapes)
+    as it was."""
+    _, _, first = _tune(planted, fresh=True)
+    f = load(first.path)
+    (catch_all,) = [e for e in f.entries if e.bucket == CATCH_ALL]
+    # a catch-all another run chose: another valid CHUNK (never the planted, wrong 1024)
+    chunk = 65536 if dict(catch_all.params)["CHUNK"] == 4096 else 4096
+    other = dataclasses.replace(
+        catch_all, params=tuple((k, chunk if k == "CHUNK" else v) for k, v in catch_all.params)
+    )
+    f.with_entries([other]).save(first.path)
+    _, _, second = _tune(planted, catch_all=False)
+    assert second.entries and all(e.bucket != CATCH_ALL for e in second.entries)
+    assert [e for e in load(second.path).entries if e.bucket == CATCH_ALL] == [other]

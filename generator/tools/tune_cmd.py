@@ -83,6 +83,7 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
             fresh=args.fresh,
             progress=bar.update,
             out=Path(args.out) if args.out else None,
+            catch_all=shapes is None,
         )
     for e in report.entries:
         if e.bucket == "*":

@@ -163,9 +163,12 @@ def tune(
     fresh: bool = False,
     progress: Callable[[int], Any] | None = None,
     out: Path | None = None,
+    catch_all: bool = True,
 ) -> Report:
     """Measure every job's candidates (within the budget) and write the device's tuning file
-    (`out`, default tuning/<device>.yaml in the tree), merged with what it held."""
+    (`out`, default tuning/<device>.yaml in the tree), merged with what it held. `catch_all`
+    false (a run at shapes the user picked, not the representative ones): the catch-all
+    entries the file holds stay, since this run's few shapes would not stand for every other."""
     me = Fingerprint.of(profile)
     journal_path = cache_dir("tune", f"{me.slug}.jsonl")
     if fresh and journal_path is not None:
@@ -200,7 +203,7 @@ def tune(
                 results.append((job, timed))
     finally:
         pool.close()
-    report.entries = _entries(results)
+    report.entries = [e for e in _entries(results) if catch_all or e.bucket != CATCH_ALL]
     default = out or tree.tuning / f"{me.slug}.yaml"
     by_file = files_for(reg, report.entries, default, me.slug, out is not None)
     for path, entries in sorted(by_file.items()) or [(default, [])]:
