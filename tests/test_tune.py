@@ -293,7 +293,7 @@ def test_a_killed_run_resumes_where_it_stopped(planted: Tree) -> None:
     assert done >= 2, "the run was not killed half-way"
     _, _, report = _tune(planted)
     assert report.reused >= done - 1  # a line cut short by the kill is measured again
-    assert report.measured + report.reused >= 5  # 4 candidates, 1-3 of them re-measured
+    assert report.measured + report.reused >= 5  # 4 candidates, then a race of the best 3
     assert not os.environ.get("CLFORGE_PARAMS")
 
 
@@ -382,6 +382,66 @@ def test_a_parameter_set_the_guard_refuses_at_a_shape_is_not_timed_there() -> No
     )
     timed = worker.handle({**req, "params": {"KB": 1, "NB": 1, "TH": 1, "VW": 4}})
     assert timed["ok"] is True and timed["us"] > 0
+    # in a race, the refused set gets its reason and no time; the others are timed
+    runners = [{"instance": req["instance"], "params": {"KB": kb, "NB": 1, "TH": 1, "VW": 4}}
+               for kb in (2, 1)]  # fmt: skip
+    raced = worker.handle({**req, "race": runners})
+    assert raced["ok"] is True and raced["us"][0] is None and raced["us"][1] > 0
+    assert "does not hold at this shape" in raced["problems"][0] and raced["problems"][1] is None
+
+
+def test_a_race_times_its_runners_interleaved() -> None:
+    """Each round times every runner once, from a different one each round, so a slow spell
+    of the machine lands on all of them; the medians keep their order."""
+    from generator.tune.measure import race_times
+
+    order: list[int] = []
+
+    def runner(i: int, seconds: float):  # type: ignore[no-untyped-def]
+        def call() -> None:
+            order.append(i)
+            time.sleep(seconds)
+
+        return call
+
+    times = race_times([runner(0, 0.004), runner(1, 0.001)], lambda: None, rounds=4,
+                       target_s=0.001)  # fmt: skip
+    assert times[1] < times[0] and 0.003 < times[0] < 0.02
+    timed = order[4:]  # after each runner's warm-up and calibrating call
+    assert timed == [0, 1, 1, 0, 0, 1, 1, 0]
+
+
+@pytest.mark.slow
+def test_the_variants_chosen_at_a_shape_race_each_other(tmp_path: Path, monkeypatch) -> None:
+    """softmax's cpu and cpu_vec8 variants both run a 64 x 256 row: each variant's finalists
+    race, then the two winners race, and the entries carry that race's times (the crossover
+    that selection follows)."""
+    import json
+
+    from generator.core.cache_dir import cache_dir
+    from generator.device.discovery import default_device
+    from generator.device.query import from_device
+    from generator.tune.tuner import plan_jobs, tune
+
+    monkeypatch.setenv("CLFORGE_CACHE_DIR", str(tmp_path / "cache"))
+    profile = from_device(default_device())
+    cases = {"softmax": (Case({"B": 64, "R": 256, "I": 1}),)}
+    jobs = plan_jobs(REG, profile, ["softmax"], ["f32"], cases)
+    names = {j.inst.name for j in jobs}
+    assert names == {"softmax__cpu__f32", "softmax__cpu_vec8__f32"}
+    report = tune(DEFAULT, REG, profile, jobs, repeats=3, out=tmp_path / "t.yaml", fresh=True)
+    journal = cache_dir("tune", f"{Fingerprint.of(profile).slug}.jsonl")
+    assert journal is not None
+    records = [json.loads(line) for line in journal.read_text().splitlines()]
+    races = [r for r in records if r["key"].startswith('["race"')]
+    assert len(races) == 3  # each variant's finalists, then the two winners
+    final = races[-1]
+    runners = json.loads(final["key"])[1]
+    assert {r[0] for r in runners} == names
+    by_name = {e.instance: e for e in report.entries if e.bucket != CATCH_ALL}
+    for (name, _, params), us in zip(runners, final["us"], strict=True):
+        assert [list(kv) for kv in by_name[name].params] == params
+        assert by_name[name].time_us == pytest.approx(us)
 
 
 @pytest.mark.slow

@@ -1,12 +1,14 @@
 """Timing a launch: a warm-up, then the median over repeats of the mean of back-to-back calls,
 with enough calls per repeat that a repeat lasts long enough to time (these machines are shared
-and noisy: medians, not means, and the tuner re-measures its best candidates)."""
+and noisy: medians, not means). The tuner's final word between candidates is a race
+(:func:`race_times`): their repeats interleaved, so that a slow spell of the machine hits them
+all alike instead of whichever was timed during it."""
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyopencl.array as cla
@@ -31,6 +33,37 @@ def median_time(
         sync()
         times.append((time.perf_counter() - t0) / inner)
     return statistics.median(times)
+
+
+def race_times(
+    fns: Sequence[Callable[[], object]],
+    sync: Callable[[], object],
+    rounds: int = 15,
+    target_s: float = 0.01,
+    max_inner: int = 1000,
+) -> list[float]:
+    """Seconds per call of each of `fns`, timed in `rounds` rounds; a round times every one of
+    them once (the mean of back-to-back calls lasting about `target_s`), starting from a
+    different one each round; each result is the median of its rounds."""
+    inners = []
+    for fn in fns:
+        fn()
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        once = max(time.perf_counter() - t0, 1e-6)
+        inners.append(max(1, min(max_inner, int(target_s / once))))
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(rounds):
+        for k in range(len(fns)):
+            i = (r + k) % len(fns)
+            t0 = time.perf_counter()
+            for _ in range(inners[i]):
+                fns[i]()
+            sync()
+            times[i].append((time.perf_counter() - t0) / inners[i])
+    return [statistics.median(t) for t in times]
 
 
 def device_inputs(

@@ -1,7 +1,10 @@
 """The ahead-of-time tuner: for each op × variant × dtype × layouts × shape it can run on the
 device, every candidate parameter set is built, verified against the NumPy reference (a wrong
-candidate is never chosen), and timed out of process (warm-up, median of repeats; the best few
-re-measured); the winners go to the device's tuning file. Measurements are journaled in
+candidate is never chosen), and timed out of process (warm-up, median of repeats); the best few
+are then raced (timed again, interleaved, so that the machine's slow spells hit them alike) and
+the race's winner is the variant's choice. Last, the winners of the op's variants at each shape
+race each other, and those times, measured side by side, are the ones selection compares (the
+crossover). The winners go to the device's tuning file. Measurements are journaled in
 clforge's cache folder, so a killed run resumes where it stopped."""
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from generator.tune.cases import default_cases
 from generator.tune.pool import WorkerPool
 
 EXHAUSTIVE = 32  # spaces up to this size are searched exhaustively; larger ones sampled
-REMEASURE = 3  # the best candidates of each job are timed again
+FINALISTS = 3  # the best candidates of each job race each other
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,18 @@ class Job:
     @property
     def bucket(self) -> str:
         return bucket_of(dict(self.dims))
+
+
+@dataclass
+class Tuned:
+    """A job's measurements: the time of every candidate timed (the finalists' from their
+    race), the chosen parameters, and the chosen set's time in the race among the op's variants
+    at this shape (or its own, where no other variant was timed there)."""
+
+    job: Job
+    timed: dict[Params, float]
+    chosen: Params
+    final_us: float
 
 
 @dataclass
@@ -177,7 +192,7 @@ def tune(
     pool = WorkerPool(tree.root, timeout_s)
     report = Report()
     start = time.monotonic()
-    results: list[tuple[Job, dict[Params, float]]] = []
+    results: list[Tuned] = []
     try:
         for job in jobs:
             timed: dict[Params, float] = {}
@@ -194,13 +209,19 @@ def tune(
                     report.rejected.append(
                         (job.inst.name, params_text(params), str(res.get("problem")))
                     )
-            best = sorted(timed, key=timed.__getitem__)[:REMEASURE]
-            for params in best if len(timed) > 1 else ():
-                res = _measure(pool, journal, report, job, params, 1, repeats)
-                if res.get("ok"):
-                    timed[params] = min(timed[params], float(res["us"]))
-            if timed:
-                results.append((job, timed))
+            finalists = sorted(timed, key=timed.__getitem__)[:FINALISTS]
+            if len(finalists) > 1:
+                raced = _race(pool, journal, report, job, [(job.inst, p) for p in finalists])
+                for params, us in zip(finalists, raced, strict=True):
+                    if us is None:  # it failed this time (a crash, a hang): never chosen
+                        timed.pop(params)
+                        finalists.remove(params)
+                    else:
+                        timed[params] = us
+            if finalists:
+                chosen = min(finalists, key=timed.__getitem__)
+                results.append(Tuned(job, timed, chosen, timed[chosen]))
+        _race_variants(pool, journal, report, results)
     finally:
         pool.close()
     report.entries = [e for e in _entries(results) if catch_all or e.bucket != CATCH_ALL]
@@ -257,23 +278,81 @@ def _measure(
     return res
 
 
-def _entries(results: Iterable[tuple[Job, Mapping[Params, float]]]) -> list[Entry]:
-    """One entry per instance and bucket (the fastest verified candidate), and per instance a
-    catch-all: the parameters with the best geometric mean speedup over every shape it was
-    measured at (among those measured at all of them)."""
+def _race(
+    pool: WorkerPool,
+    journal: Journal,
+    report: Report,
+    job: Job,
+    runners: list[tuple[Instance, Params]],
+) -> list[float | None]:
+    """Microseconds of each (instance, params) at `job`'s shape, raced in one request (None
+    for one that failed there)."""
+    key = json.dumps(
+        [
+            "race",
+            [[i.name, schema_hash(i), p] for i, p in runners],
+            job.dims,
+            job.attrs,
+            job.shapes,
+        ]
+    )
+    res = journal.done.get(key)
+    if res is not None:
+        report.reused += 1
+    else:
+        res = pool.request(
+            {
+                "race": [{"instance": i.name, "params": dict(p)} for i, p in runners],
+                "dims": dict(job.dims),
+                "shapes": {k: list(v) for k, v in job.shapes},
+                "attrs": dict(job.attrs),
+                "repeats": 7,
+            }
+        )
+        report.measured += 1
+        journal.record(key, res)
+    us = res.get("us") if res.get("ok") else None
+    if not isinstance(us, list) or len(us) != len(runners):
+        return [None] * len(runners)  # the whole race failed (the worker died, say)
+    return [None if t is None else float(t) for t in us]
+
+
+def _race_variants(
+    pool: WorkerPool, journal: Journal, report: Report, results: list[Tuned]
+) -> None:
+    """Where several variants of one op and dtype were tuned at one shape, race their chosen
+    sets against each other and keep those times (selection compares them: the crossover)."""
+    groups: dict[tuple[Any, ...], list[Tuned]] = {}
+    for t in results:
+        key = (t.job.inst.op, t.job.inst.dtype, t.job.dims, t.job.attrs, t.job.shapes)
+        groups.setdefault(key, []).append(t)
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        raced = _race(pool, journal, report, group[0].job, [(t.job.inst, t.chosen) for t in group])
+        for t, us in zip(group, raced, strict=True):
+            if us is not None:
+                t.final_us = us
+
+
+def _entries(results: Iterable[Tuned]) -> list[Entry]:
+    """One entry per instance and bucket (the winner of its race; its time from the race among
+    the op's variants where there was one; the defaults' time, from the first round unless
+    they raced), and per instance a catch-all: the parameters with the best geometric mean
+    speedup over every shape it was measured at (among those measured at all of them)."""
     entries: list[Entry] = []
     by_inst: dict[str, list[tuple[Job, Mapping[Params, float]]]] = {}
-    for job, timed in results:
+    for t in results:
+        job, timed = t.job, t.timed
         defaults = as_params(job.inst.param_map)
-        best = min(timed, key=timed.__getitem__)
         entries.append(
             Entry(
                 instance=job.inst.name,
                 bucket=job.bucket,
-                params=best,
+                params=t.chosen,
                 sha=schema_hash(job.inst),
                 shape=job.dims,
-                time_us=timed[best],
+                time_us=t.final_us,
                 default_us=timed.get(defaults, 0.0),
                 tried=len(timed),
             )

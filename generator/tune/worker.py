@@ -4,17 +4,24 @@ candidate that crashes the driver or hangs costs a restart, not the run.
 Protocol: one JSON request per line on stdin, one JSON reply per line on stdout.
 Request: {"instance", "params": {..}, "dims": {..}, "shapes": {..}, "attrs": {..},
 "repeats"}. Reply: {"ok": true, "us": median microseconds} or {"ok": false, "problem": why}.
+A race: {"race": [{"instance", "params"}, ...], "dims", "shapes", "attrs", "repeats"}, the
+candidates (instances of one op and dtype) timed interleaved, on the same inputs
+(:func:`~generator.tune.measure.race_times`). Reply: {"ok": true, "us": [microseconds or null],
+"problems": [null or why]}, in the request's order.
 Each (instance, params) is verified once against the NumPy reference on the op's cases
 (canary-padded) before it is ever timed; a wrong candidate is reported, never timed.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
+
+import pyopencl.array as cla
 
 from generator.call.binding import int_attrs
 from generator.core.tree import Tree
@@ -22,8 +29,9 @@ from generator.errors import ClforgeError
 from generator.params.space import Params, as_params
 from generator.registry import loader as registry_mod
 from generator.registry.loader import guard_holds
-from generator.runtime.launch import Runtime
-from generator.tune.measure import device_inputs, time_plan
+from generator.registry.records import Instance
+from generator.runtime.launch import LaunchPlan, Runtime
+from generator.tune.measure import device_inputs, race_times, time_plan
 from generator.tune.verify import verify
 
 NO_CASE = "its guard holds on none of the op's cases with these params, so nothing checked it"
@@ -37,8 +45,33 @@ class Worker:
         self.verdicts: dict[tuple[str, Params], str | None] = {}
 
     def handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        if "race" in req:
+            return self.race(req)
+        plan = self._plan(req["instance"], req)
+        if isinstance(plan, str):
+            return {"ok": False, "problem": plan[:2000]}
+        inputs = self._inputs(plan.inst, req)
+        seconds = time_plan(self.rt, plan, inputs, repeats=int(req.get("repeats", 7)))
+        return {"ok": True, "us": seconds * 1e6}
+
+    def race(self, req: dict[str, Any]) -> dict[str, Any]:
+        plans = [self._plan(c["instance"], {**req, "params": c["params"]}) for c in req["race"]]
+        ready = [p for p in plans if not isinstance(p, str)]
+        inputs = self._inputs(ready[0].inst, req) if ready else {}
+        calls = [functools.partial(self.rt.enqueue, p, inputs) for p in ready]
+        rounds = 2 * int(req.get("repeats", 7))
+        times = iter(race_times(calls, self.rt.queue.finish, rounds=rounds))
+        return {
+            "ok": True,
+            "us": [None if isinstance(p, str) else next(times) * 1e6 for p in plans],
+            "problems": [p[:2000] if isinstance(p, str) else None for p in plans],
+        }
+
+    def _plan(self, name: str, req: dict[str, Any]) -> LaunchPlan | str:
+        """The launch plan of instance `name` with the request's params at its shape, or why
+        it must not be timed (wrong somewhere, or its guard refuses the shape)."""
         reg = self.rt.registry
-        inst = reg.instance(req["instance"])
+        inst = reg.instance(name)
         params = as_params(req["params"])
         key = (inst.name, params)
         if key not in self.verdicts:
@@ -47,18 +80,20 @@ class Worker:
             self.verdicts[key] = None if verdict.ok else wrong
         problem = self.verdicts[key]
         if problem is not None:
-            return {"ok": False, "problem": problem[:2000]}
+            return problem
         op = reg.op(inst.op)
         # a parameter set the variant's guard refuses at this shape is never timed (it would
         # compute something else, fast): the dispatcher could not run it there either
         env = {**req["dims"], **int_attrs(op, req["attrs"])}
         if not guard_holds(reg, inst, env, dict(params)):
-            return {"ok": False, "problem": f"its guard {inst.guard!r} does not hold at this shape"}
+            return f"its guard {inst.guard!r} does not hold at this shape"
         shapes = {k: tuple(v) for k, v in req["shapes"].items()}
-        plan = self.rt.plan(inst, req["dims"], req["attrs"], shapes, params)
-        inputs = device_inputs(self.rt, op, inst.dtype, shapes, req["dims"])
-        seconds = time_plan(self.rt, plan, inputs, repeats=int(req.get("repeats", 7)))
-        return {"ok": True, "us": seconds * 1e6}
+        return self.rt.plan(inst, req["dims"], req["attrs"], shapes, params)
+
+    def _inputs(self, inst: Instance, req: dict[str, Any]) -> dict[str, cla.Array]:
+        shapes = {k: tuple(v) for k, v in req["shapes"].items()}
+        op = self.rt.registry.op(inst.op)
+        return device_inputs(self.rt, op, inst.dtype, shapes, req["dims"])
 
 
 def main() -> int:
