@@ -14,13 +14,8 @@ from generator.runtime.launch import Runtime
 def upload(rt: Runtime, host: np.ndarray, layout: str) -> cla.Array:
     """`host` as a device array whose memory order is `layout`'s."""
     storage = np.ascontiguousarray(storage_view(host, layout))
-    out = cla.empty(
-        rt.queue,
-        host.shape,
-        host.dtype,
-        strides=layout_strides(host.shape, host.dtype.itemsize, layout),
-        allocator=rt.allocator,
-    )
+    strides = layout_strides(host.shape, host.dtype.itemsize, layout)
+    out = rt.empty((layout, tuple(host.shape), host.dtype, strides))
     if host.size:
         cl.enqueue_copy(rt.queue, out.base_data, storage)  # type: ignore[arg-type]
     return out
