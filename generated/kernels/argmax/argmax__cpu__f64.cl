@@ -7,6 +7,7 @@ typedef double8 ACC8_;
 
 typedef double SUM_;
 typedef double8 SUM8_;
+typedef ACC8_ ACCU8_ __attribute__((aligned(sizeof(ACC_))));  /* ACC8_ at any element boundary */
 typedef long8 IDX8_;  /* the lanes' indices: masks of the values' width */
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
@@ -26,9 +27,9 @@ __kernel void argmax__cpu__f64(
     const int i0_ = (w_ % blocks_) * 16;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
-        /* LANES / 8 explicit vector accumulators (argmax: with vector indices), loaded by
-           vload8: the NaN-propagating pick as vector selects (scalar accumulators with isnan
-           were not vectorized). Lane e of accumulator v sees indices r_ + 8 v + e in order. */
+        /* LANES / 8 explicit vector accumulators (argmax: with vector indices), loaded
+           unaligned: the NaN-propagating pick as vector selects (scalar accumulators with a
+           NaN test were not vectorized). Lane e of accumulator v sees indices r_ + 8 v + e in order. */
         const ACC8_ first_ = (ACC8_)((ACC_)x[row_]);
         ACC8_ a0_ = first_;
         IDX8_ j0_ = (IDX8_)(0);
@@ -37,37 +38,37 @@ __kernel void argmax__cpu__f64(
         const IDX8_ lane_ = (IDX8_)(0, 1, 2, 3, 4, 5, 6, 7);
         int r_ = 0;
         for (; r_ + 16 <= R; r_ += 16) {
-            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 0)); const IDX8_ t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? lane_ + (IDX8_)(r_ + 0) : j0_; }
-            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 8)); const IDX8_ t_ = (((v_) > (a1_)) | (isnan(v_) & !isnan(a1_))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? lane_ + (IDX8_)(r_ + 8) : j1_; }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 0)); const IDX8_ t_ = (((v_) > (a0_)) | (((v_) != (v_)) & !((a0_) != (a0_)))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? lane_ + (IDX8_)(r_ + 0) : j0_; }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 8)); const IDX8_ t_ = (((v_) > (a1_)) | (((v_) != (v_)) & !((a1_) != (a1_)))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? lane_ + (IDX8_)(r_ + 8) : j1_; }
         }
         /* fold the accumulators with the full test (ties and NaNs go to the smaller index) */
-        { const IDX8_ t_ = (((a1_) > (a0_)) | (((a1_) == (a0_)) & ((j1_) < (j0_))) | (isnan(a1_) & (!isnan(a0_) | ((j1_) < (j0_))))); a0_ = t_ ? a1_ : a0_; j0_ = t_ ? j1_ : j0_; }
+        { const IDX8_ t_ = (((a1_) > (a0_)) | (((a1_) == (a0_)) & ((j1_) < (j0_))) | (((a1_) != (a1_)) & (!((a0_) != (a0_)) | ((j1_) < (j0_))))); a0_ = t_ ? a1_ : a0_; j0_ = t_ ? j1_ : j0_; }
         ACC_ s_ = a0_.s0;
         int at_ = (int)j0_.s0;
-        { const ACC_ v_ = a0_.s1; const int i_ = (int)j0_.s1; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
-        { const ACC_ v_ = a0_.s2; const int i_ = (int)j0_.s2; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
-        { const ACC_ v_ = a0_.s3; const int i_ = (int)j0_.s3; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
-        { const ACC_ v_ = a0_.s4; const int i_ = (int)j0_.s4; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
-        { const ACC_ v_ = a0_.s5; const int i_ = (int)j0_.s5; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
-        { const ACC_ v_ = a0_.s6; const int i_ = (int)j0_.s6; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
-        { const ACC_ v_ = a0_.s7; const int i_ = (int)j0_.s7; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (isnan(v_) && (!isnan(s_) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s1; const int i_ = (int)j0_.s1; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (((v_) != (v_)) && (!((s_) != (s_)) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s2; const int i_ = (int)j0_.s2; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (((v_) != (v_)) && (!((s_) != (s_)) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s3; const int i_ = (int)j0_.s3; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (((v_) != (v_)) && (!((s_) != (s_)) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s4; const int i_ = (int)j0_.s4; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (((v_) != (v_)) && (!((s_) != (s_)) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s5; const int i_ = (int)j0_.s5; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (((v_) != (v_)) && (!((s_) != (s_)) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s6; const int i_ = (int)j0_.s6; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (((v_) != (v_)) && (!((s_) != (s_)) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
+        { const ACC_ v_ = a0_.s7; const int i_ = (int)j0_.s7; if (((v_) > (s_) || ((v_) == (s_) && (i_) < (at_)) || (((v_) != (v_)) && (!((s_) != (s_)) || (i_) < (at_))))) { s_ = v_; at_ = i_; } }
         for (; r_ < R; ++r_) {
             const ACC_ v_ = (ACC_)x[row_ + r_];
-            if (((v_) > (s_) || (isnan(v_) && !isnan(s_)))) { s_ = v_; at_ = r_; }
+            if (((v_) > (s_) || (((v_) != (v_)) && !((s_) != (s_))))) { s_ = v_; at_ = r_; }
         }
         y[b_] = at_;
     } else if (i0_ + 16 <= I) {
         /* IB / 8 vector accumulators of 8 consecutive outputs each (contiguous at every r),
-           loaded by vload8; argmax's lanes see r in order (seq), with vector indices */
+           loaded unaligned; argmax's lanes see r in order (seq), with vector indices */
         const size_t col_ = row_ + i0_;
-        ACC8_ a0_ = vload8(0, x + (col_ + 0));
+        ACC8_ a0_ = *(__global const ACCU8_*)(x + (col_ + 0));
         IDX8_ j0_ = (IDX8_)(0);
-        ACC8_ a1_ = vload8(0, x + (col_ + 8));
+        ACC8_ a1_ = *(__global const ACCU8_*)(x + (col_ + 8));
         IDX8_ j1_ = (IDX8_)(0);
         for (int r_ = 1; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
-            { const ACC8_ v_ = vload8(0, x + (at_ + 0)); const IDX8_ t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? (IDX8_)(r_) : j0_; }
-            { const ACC8_ v_ = vload8(0, x + (at_ + 8)); const IDX8_ t_ = (((v_) > (a1_)) | (isnan(v_) & !isnan(a1_))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? (IDX8_)(r_) : j1_; }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 0)); const IDX8_ t_ = (((v_) > (a0_)) | (((v_) != (v_)) & !((a0_) != (a0_)))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? (IDX8_)(r_) : j0_; }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 8)); const IDX8_ t_ = (((v_) > (a1_)) | (((v_) != (v_)) & !((a1_) != (a1_)))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? (IDX8_)(r_) : j1_; }
         }
         y[(size_t)b_ * I + i0_ + 0] = (int)j0_.s0;
         y[(size_t)b_ * I + i0_ + 1] = (int)j0_.s1;
@@ -90,7 +91,7 @@ __kernel void argmax__cpu__f64(
             const size_t col_ = row_ + i_;
             ACC_ a0_ = (ACC_)x[col_]; int j0_ = 0;
             for (int r_ = 1; r_ < R; ++r_) {
-                { const ACC_ v_ = (ACC_)x[col_ + (size_t)r_ * I]; const int t_ = (((v_) > (a0_)) | (isnan(v_) & !isnan(a0_))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ : j0_; };
+                { const ACC_ v_ = (ACC_)x[col_ + (size_t)r_ * I]; const int t_ = (((v_) > (a0_)) | (((v_) != (v_)) & !((a0_) != (a0_)))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? r_ : j0_; };
             }
             y[(size_t)b_ * I + i_] = j0_;
         }

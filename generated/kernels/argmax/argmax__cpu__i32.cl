@@ -6,6 +6,7 @@ typedef int8 ACC8_;
 
 typedef uint SUM_;
 typedef uint8 SUM8_;
+typedef ACC8_ ACCU8_ __attribute__((aligned(sizeof(ACC_))));  /* ACC8_ at any element boundary */
 typedef int8 IDX8_;  /* the lanes' indices: masks of the values' width */
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
@@ -25,9 +26,9 @@ __kernel void argmax__cpu__i32(
     const int i0_ = (w_ % blocks_) * 16;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
-        /* LANES / 8 explicit vector accumulators (argmax: with vector indices), loaded by
-           vload8: the NaN-propagating pick as vector selects (scalar accumulators with isnan
-           were not vectorized). Lane e of accumulator v sees indices r_ + 8 v + e in order. */
+        /* LANES / 8 explicit vector accumulators (argmax: with vector indices), loaded
+           unaligned: the NaN-propagating pick as vector selects (scalar accumulators with a
+           NaN test were not vectorized). Lane e of accumulator v sees indices r_ + 8 v + e in order. */
         const ACC8_ first_ = (ACC8_)((ACC_)x[row_]);
         ACC8_ a0_ = first_;
         IDX8_ j0_ = (IDX8_)(0);
@@ -36,8 +37,8 @@ __kernel void argmax__cpu__i32(
         const IDX8_ lane_ = (IDX8_)(0, 1, 2, 3, 4, 5, 6, 7);
         int r_ = 0;
         for (; r_ + 16 <= R; r_ += 16) {
-            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 0)); const IDX8_ t_ = ((v_) > (a0_)); a0_ = t_ ? v_ : a0_; j0_ = t_ ? lane_ + (IDX8_)(r_ + 0) : j0_; }
-            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 8)); const IDX8_ t_ = ((v_) > (a1_)); a1_ = t_ ? v_ : a1_; j1_ = t_ ? lane_ + (IDX8_)(r_ + 8) : j1_; }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 0)); const IDX8_ t_ = ((v_) > (a0_)); a0_ = t_ ? v_ : a0_; j0_ = t_ ? lane_ + (IDX8_)(r_ + 0) : j0_; }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 8)); const IDX8_ t_ = ((v_) > (a1_)); a1_ = t_ ? v_ : a1_; j1_ = t_ ? lane_ + (IDX8_)(r_ + 8) : j1_; }
         }
         /* fold the accumulators with the full test (ties and NaNs go to the smaller index) */
         { const IDX8_ t_ = (((a1_) > (a0_)) | (((a1_) == (a0_)) & ((j1_) < (j0_)))); a0_ = t_ ? a1_ : a0_; j0_ = t_ ? j1_ : j0_; }
@@ -57,16 +58,16 @@ __kernel void argmax__cpu__i32(
         y[b_] = at_;
     } else if (i0_ + 16 <= I) {
         /* IB / 8 vector accumulators of 8 consecutive outputs each (contiguous at every r),
-           loaded by vload8; argmax's lanes see r in order (seq), with vector indices */
+           loaded unaligned; argmax's lanes see r in order (seq), with vector indices */
         const size_t col_ = row_ + i0_;
-        ACC8_ a0_ = vload8(0, x + (col_ + 0));
+        ACC8_ a0_ = *(__global const ACCU8_*)(x + (col_ + 0));
         IDX8_ j0_ = (IDX8_)(0);
-        ACC8_ a1_ = vload8(0, x + (col_ + 8));
+        ACC8_ a1_ = *(__global const ACCU8_*)(x + (col_ + 8));
         IDX8_ j1_ = (IDX8_)(0);
         for (int r_ = 1; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
-            { const ACC8_ v_ = vload8(0, x + (at_ + 0)); const IDX8_ t_ = ((v_) > (a0_)); a0_ = t_ ? v_ : a0_; j0_ = t_ ? (IDX8_)(r_) : j0_; }
-            { const ACC8_ v_ = vload8(0, x + (at_ + 8)); const IDX8_ t_ = ((v_) > (a1_)); a1_ = t_ ? v_ : a1_; j1_ = t_ ? (IDX8_)(r_) : j1_; }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 0)); const IDX8_ t_ = ((v_) > (a0_)); a0_ = t_ ? v_ : a0_; j0_ = t_ ? (IDX8_)(r_) : j0_; }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 8)); const IDX8_ t_ = ((v_) > (a1_)); a1_ = t_ ? v_ : a1_; j1_ = t_ ? (IDX8_)(r_) : j1_; }
         }
         y[(size_t)b_ * I + i0_ + 0] = (int)j0_.s0;
         y[(size_t)b_ * I + i0_ + 1] = (int)j0_.s1;

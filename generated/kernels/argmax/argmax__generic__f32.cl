@@ -22,7 +22,7 @@ __kernel void argmax__generic__f32(
     int at_ = 0;
     for (int r_ = 1; r_ < R; ++r_) {
         const ACC_ v_ = (ACC_)x[base_ + (size_t)r_ * I];
-        if (((v_) > (best_) || (isnan(v_) && !isnan(best_)))) { best_ = v_; at_ = r_; }
+        if (((v_) > (best_) || (((v_) != (v_)) && !((best_) != (best_))))) { best_ = v_; at_ = r_; }
     }
     y[o_] = at_;
 }

@@ -25,14 +25,14 @@ __kernel void argmax__gpu_workgroup__f32(
     int j_ = 0;
     for (int r_ = l_; r_ < R; r_ += 256) {
         const ACC_ v_ = (ACC_)x[base_ + (size_t)r_ * I];
-        if (((v_) > (acc_) || ((v_) == (acc_) && (r_) < (j_)) || (isnan(v_) && (!isnan(acc_) || (r_) < (j_))))) { acc_ = v_; j_ = r_; }
+        if (((v_) > (acc_) || ((v_) == (acc_) && (r_) < (j_)) || (((v_) != (v_)) && (!((acc_) != (acc_)) || (r_) < (j_))))) { acc_ = v_; j_ = r_; }
     }
     part_[l_] = acc_;
     at_[l_] = j_;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s_ = 128; s_ > 0; s_ >>= 1) {
         if (l_ < s_) {
-            if (((part_[l_ + s_]) > (part_[l_]) || ((part_[l_ + s_]) == (part_[l_]) && (at_[l_ + s_]) < (at_[l_])) || (isnan(part_[l_ + s_]) && (!isnan(part_[l_]) || (at_[l_ + s_]) < (at_[l_]))))) { part_[l_] = part_[l_ + s_]; at_[l_] = at_[l_ + s_]; }
+            if (((part_[l_ + s_]) > (part_[l_]) || ((part_[l_ + s_]) == (part_[l_]) && (at_[l_ + s_]) < (at_[l_])) || (((part_[l_ + s_]) != (part_[l_ + s_])) && (!((part_[l_]) != (part_[l_])) || (at_[l_ + s_]) < (at_[l_]))))) { part_[l_] = part_[l_ + s_]; at_[l_] = at_[l_ + s_]; }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }

@@ -17,10 +17,10 @@ __kernel void cast_i32__cpu__f16(
     int i_ = start_;
     for (; i_ + 8 <= end_; i_ += 8) {
         const ACC8_ v_ = vload_half8(0, x + (i_));
-        *(__global int8*)(y + (i_)) = select(convert_int8_sat_rtz(v_), (int8)(0), convert_int8(isnan(v_)));
+        *(__global int8*)(y + (i_)) = select(convert_int8_sat_rtz(v_), (int8)(0), convert_int8(((v_) != (v_))));
     }
     for (; i_ < end_; ++i_) {
         const ACC_ v_ = vload_half((size_t)(i_), x);
-        y[i_] = (int)((isnan(v_) ? 0 : convert_int_sat_rtz(v_)));
+        y[i_] = (int)((((v_) != (v_)) ? 0 : convert_int_sat_rtz(v_)));
     }
 }

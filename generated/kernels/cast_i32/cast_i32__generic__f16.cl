@@ -13,5 +13,5 @@ __kernel void cast_i32__generic__f16(
     const int i_ = get_global_id(0);
     if (i_ >= N) return;
     const ACC_ v_ = vload_half((size_t)(i_), x);
-    y[i_] = (int)((isnan(v_) ? 0 : convert_int_sat_rtz(v_)));
+    y[i_] = (int)((((v_) != (v_)) ? 0 : convert_int_sat_rtz(v_)));
 }

@@ -20,7 +20,7 @@ __kernel void cast_i32__gpu__f64(
         const size_t i_ = base_ + (size_t)k_ * WG;
         if (i_ < (size_t)N) {
             const ACC_ v_ = (ACC_)x[i_];
-            y[i_] = (int)((isnan(v_) ? 0 : convert_int_sat_rtz(v_)));
+            y[i_] = (int)((((v_) != (v_)) ? 0 : convert_int_sat_rtz(v_)));
         }
     }
 }

@@ -35,5 +35,5 @@ __kernel void clip__generic__f16(
     const ACC_ v0_ = vload_half((size_t)(((i0_) * x_s0 + (i1_) * x_s1 + (i2_) * x_s2 + (i3_) * x_s3)), x);
     const ACC_ v1_ = vload_half((size_t)(((i0_) * lo_s0 + (i1_) * lo_s1 + (i2_) * lo_s2 + (i3_) * lo_s3)), lo);
     const ACC_ v2_ = vload_half((size_t)(((i0_) * hi_s0 + (i1_) * hi_s1 + (i2_) * hi_s2 + (i3_) * hi_s3)), hi);
-    vstore_half(((((((v0_) > (v1_)) || isnan(v0_) ? (v0_) : (v1_))) < (v2_)) || isnan((((v0_) > (v1_)) || isnan(v0_) ? (v0_) : (v1_))) ? ((((v0_) > (v1_)) || isnan(v0_) ? (v0_) : (v1_))) : (v2_)), (size_t)((i01_ * D2 + i2_) * D3 + i3_), out);
+    vstore_half(((((((v0_) > (v1_)) || ((v0_) != (v0_)) ? (v0_) : (v1_))) < (v2_)) || (((((v0_) > (v1_)) || ((v0_) != (v0_)) ? (v0_) : (v1_))) != ((((v0_) > (v1_)) || ((v0_) != (v0_)) ? (v0_) : (v1_)))) ? ((((v0_) > (v1_)) || ((v0_) != (v0_)) ? (v0_) : (v1_))) : (v2_)), (size_t)((i01_ * D2 + i2_) * D3 + i3_), out);
 }

@@ -38,7 +38,7 @@ __kernel void max_pool2d__generic__f16(
                 const int w_ = w0_ + j_ * dil_w;
                 if (w_ < 0 || w_ >= W) continue;
                 const ACC_ v_ = vload_half((size_t)((plane_) + (size_t)h_ * W + w_), x);
-                if (v_ > r_ || isnan(v_)) r_ = v_;
+                if (v_ > r_ || ((v_) != (v_))) r_ = v_;
             }
         }
 

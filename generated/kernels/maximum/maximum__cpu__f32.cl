@@ -35,24 +35,24 @@ __kernel void maximum__cpu__f32(
         for (; i_ + 8 <= end_; i_ += 8) {
             const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
             const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
-            __builtin_nontemporal_store((float8)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_))), (__global float8*)(c + (i_)));
+            __builtin_nontemporal_store((float8)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_))), (__global float8*)(c + (i_)));
         }
         for (; i_ < end_; ++i_) {
             const ACC_ x_ = (ACC_)a[i_];
             const ACC_ y_ = (ACC_)b[i_];
-            c[i_] = (float)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+            c[i_] = (float)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
         }
 
     } else if (dense_a_ && dense_b_) {
         for (; i_ + 8 <= end_; i_ += 8) {
             const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
             const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
-            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
         }
         for (; i_ < end_; ++i_) {
             const ACC_ x_ = (ACC_)a[i_];
             const ACC_ y_ = (ACC_)b[i_];
-            c[i_] = (float)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+            c[i_] = (float)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
         }
 
     } else if (dense_a_ && (b_s0 == 0 && b_s1 == 0 && b_s2 == 0 && b_s3 == 0)) {
@@ -61,12 +61,12 @@ __kernel void maximum__cpu__f32(
         for (; i_ + 8 <= end_; i_ += 8) {
             const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
             const ACC8_ y_ = b8_;
-            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
         }
         for (; i_ < end_; ++i_) {
             const ACC_ x_ = (ACC_)a[i_];
             const ACC_ y_ = b1_;
-            c[i_] = (float)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+            c[i_] = (float)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
         }
 
     } else if (dense_b_ && (a_s0 == 0 && a_s1 == 0 && a_s2 == 0 && a_s3 == 0)) {
@@ -75,12 +75,12 @@ __kernel void maximum__cpu__f32(
         for (; i_ + 8 <= end_; i_ += 8) {
             const ACC8_ x_ = a8_;
             const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
-            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
         }
         for (; i_ < end_; ++i_) {
             const ACC_ x_ = a1_;
             const ACC_ y_ = (ACC_)b[i_];
-            c[i_] = (float)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+            c[i_] = (float)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
         }
 
     } else {
@@ -99,7 +99,7 @@ __kernel void maximum__cpu__f32(
                 for (; k_ + 8 <= n_; k_ += 8) {
                     const ACC8_ x_ = (ACC8_)((ACC_)a[ao_ + j_ + k_ + 0], (ACC_)a[ao_ + j_ + k_ + 1], (ACC_)a[ao_ + j_ + k_ + 2], (ACC_)a[ao_ + j_ + k_ + 3], (ACC_)a[ao_ + j_ + k_ + 4], (ACC_)a[ao_ + j_ + k_ + 5], (ACC_)a[ao_ + j_ + k_ + 6], (ACC_)a[ao_ + j_ + k_ + 7]);
                     const ACC8_ y_ = (ACC8_)((ACC_)b[bo_ + j_ + k_ + 0], (ACC_)b[bo_ + j_ + k_ + 1], (ACC_)b[bo_ + j_ + k_ + 2], (ACC_)b[bo_ + j_ + k_ + 3], (ACC_)b[bo_ + j_ + k_ + 4], (ACC_)b[bo_ + j_ + k_ + 5], (ACC_)b[bo_ + j_ + k_ + 6], (ACC_)b[bo_ + j_ + k_ + 7]);
-                    const ACC8_ r_ = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+                    const ACC8_ r_ = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
                     c[i_ + k_ + 0] = (float)(r_.s0);
                     c[i_ + k_ + 1] = (float)(r_.s1);
                     c[i_ + k_ + 2] = (float)(r_.s2);
@@ -112,7 +112,7 @@ __kernel void maximum__cpu__f32(
                 for (; k_ < n_; ++k_) {
                     const ACC_ x_ = (ACC_)a[ao_ + j_ + k_];
                     const ACC_ y_ = (ACC_)b[bo_ + j_ + k_];
-                    c[i_ + k_] = (float)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+                    c[i_ + k_] = (float)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
                 }
 
                 i_ += n_;
@@ -140,7 +140,7 @@ __kernel void maximum__cpu__f32(
                 for (; k_ + 8 <= n_; k_ += 8) {
                     const ACC8_ x_ = (ACC8_)((ACC_)a[ao_ + j_ + k_ + 0], (ACC_)a[ao_ + j_ + k_ + 1], (ACC_)a[ao_ + j_ + k_ + 2], (ACC_)a[ao_ + j_ + k_ + 3], (ACC_)a[ao_ + j_ + k_ + 4], (ACC_)a[ao_ + j_ + k_ + 5], (ACC_)a[ao_ + j_ + k_ + 6], (ACC_)a[ao_ + j_ + k_ + 7]);
                     const ACC8_ y_ = b8_;
-                    const ACC8_ r_ = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+                    const ACC8_ r_ = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
                     c[i_ + k_ + 0] = (float)(r_.s0);
                     c[i_ + k_ + 1] = (float)(r_.s1);
                     c[i_ + k_ + 2] = (float)(r_.s2);
@@ -153,7 +153,7 @@ __kernel void maximum__cpu__f32(
                 for (; k_ < n_; ++k_) {
                     const ACC_ x_ = (ACC_)a[ao_ + j_ + k_];
                     const ACC_ y_ = b1_;
-                    c[i_ + k_] = (float)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+                    c[i_ + k_] = (float)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
                 }
 
                 i_ += n_;
@@ -181,7 +181,7 @@ __kernel void maximum__cpu__f32(
                 for (; k_ + 8 <= n_; k_ += 8) {
                     const ACC8_ x_ = a8_;
                     const ACC8_ y_ = (ACC8_)((ACC_)b[bo_ + j_ + k_ + 0], (ACC_)b[bo_ + j_ + k_ + 1], (ACC_)b[bo_ + j_ + k_ + 2], (ACC_)b[bo_ + j_ + k_ + 3], (ACC_)b[bo_ + j_ + k_ + 4], (ACC_)b[bo_ + j_ + k_ + 5], (ACC_)b[bo_ + j_ + k_ + 6], (ACC_)b[bo_ + j_ + k_ + 7]);
-                    const ACC8_ r_ = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+                    const ACC8_ r_ = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
                     c[i_ + k_ + 0] = (float)(r_.s0);
                     c[i_ + k_ + 1] = (float)(r_.s1);
                     c[i_ + k_ + 2] = (float)(r_.s2);
@@ -194,7 +194,7 @@ __kernel void maximum__cpu__f32(
                 for (; k_ < n_; ++k_) {
                     const ACC_ x_ = a1_;
                     const ACC_ y_ = (ACC_)b[bo_ + j_ + k_];
-                    c[i_ + k_] = (float)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+                    c[i_ + k_] = (float)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
                 }
 
                 i_ += n_;
@@ -224,7 +224,7 @@ __kernel void maximum__cpu__f32(
                 for (; k_ + 8 <= n_; k_ += 8) {
                     const ACC8_ x_ = a8_;
                     const ACC8_ y_ = b8_;
-                    const ACC8_ r_ = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+                    const ACC8_ r_ = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
                     c[i_ + k_ + 0] = (float)(r_.s0);
                     c[i_ + k_ + 1] = (float)(r_.s1);
                     c[i_ + k_ + 2] = (float)(r_.s2);
@@ -237,7 +237,7 @@ __kernel void maximum__cpu__f32(
                 for (; k_ < n_; ++k_) {
                     const ACC_ x_ = a1_;
                     const ACC_ y_ = b1_;
-                    c[i_ + k_] = (float)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+                    c[i_ + k_] = (float)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
                 }
 
                 i_ += n_;

@@ -36,24 +36,24 @@ __kernel void maximum__cpu__f64(
         for (; i_ + 8 <= end_; i_ += 8) {
             const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
             const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
-            __builtin_nontemporal_store((double8)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_))), (__global double8*)(c + (i_)));
+            __builtin_nontemporal_store((double8)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_))), (__global double8*)(c + (i_)));
         }
         for (; i_ < end_; ++i_) {
             const ACC_ x_ = (ACC_)a[i_];
             const ACC_ y_ = (ACC_)b[i_];
-            c[i_] = (double)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+            c[i_] = (double)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
         }
 
     } else if (dense_a_ && dense_b_) {
         for (; i_ + 8 <= end_; i_ += 8) {
             const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
             const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
-            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
         }
         for (; i_ < end_; ++i_) {
             const ACC_ x_ = (ACC_)a[i_];
             const ACC_ y_ = (ACC_)b[i_];
-            c[i_] = (double)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+            c[i_] = (double)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
         }
 
     } else if (dense_a_ && (b_s0 == 0 && b_s1 == 0 && b_s2 == 0 && b_s3 == 0)) {
@@ -62,12 +62,12 @@ __kernel void maximum__cpu__f64(
         for (; i_ + 8 <= end_; i_ += 8) {
             const ACC8_ x_ = *(__global const ACC8_*)(a + (i_));
             const ACC8_ y_ = b8_;
-            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
         }
         for (; i_ < end_; ++i_) {
             const ACC_ x_ = (ACC_)a[i_];
             const ACC_ y_ = b1_;
-            c[i_] = (double)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+            c[i_] = (double)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
         }
 
     } else if (dense_b_ && (a_s0 == 0 && a_s1 == 0 && a_s2 == 0 && a_s3 == 0)) {
@@ -76,12 +76,12 @@ __kernel void maximum__cpu__f64(
         for (; i_ + 8 <= end_; i_ += 8) {
             const ACC8_ x_ = a8_;
             const ACC8_ y_ = *(__global const ACC8_*)(b + (i_));
-            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+            *(__global ACC8_*)(c + (i_)) = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
         }
         for (; i_ < end_; ++i_) {
             const ACC_ x_ = a1_;
             const ACC_ y_ = (ACC_)b[i_];
-            c[i_] = (double)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+            c[i_] = (double)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
         }
 
     } else {
@@ -100,7 +100,7 @@ __kernel void maximum__cpu__f64(
                 for (; k_ + 8 <= n_; k_ += 8) {
                     const ACC8_ x_ = (ACC8_)((ACC_)a[ao_ + j_ + k_ + 0], (ACC_)a[ao_ + j_ + k_ + 1], (ACC_)a[ao_ + j_ + k_ + 2], (ACC_)a[ao_ + j_ + k_ + 3], (ACC_)a[ao_ + j_ + k_ + 4], (ACC_)a[ao_ + j_ + k_ + 5], (ACC_)a[ao_ + j_ + k_ + 6], (ACC_)a[ao_ + j_ + k_ + 7]);
                     const ACC8_ y_ = (ACC8_)((ACC_)b[bo_ + j_ + k_ + 0], (ACC_)b[bo_ + j_ + k_ + 1], (ACC_)b[bo_ + j_ + k_ + 2], (ACC_)b[bo_ + j_ + k_ + 3], (ACC_)b[bo_ + j_ + k_ + 4], (ACC_)b[bo_ + j_ + k_ + 5], (ACC_)b[bo_ + j_ + k_ + 6], (ACC_)b[bo_ + j_ + k_ + 7]);
-                    const ACC8_ r_ = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+                    const ACC8_ r_ = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
                     c[i_ + k_ + 0] = (double)(r_.s0);
                     c[i_ + k_ + 1] = (double)(r_.s1);
                     c[i_ + k_ + 2] = (double)(r_.s2);
@@ -113,7 +113,7 @@ __kernel void maximum__cpu__f64(
                 for (; k_ < n_; ++k_) {
                     const ACC_ x_ = (ACC_)a[ao_ + j_ + k_];
                     const ACC_ y_ = (ACC_)b[bo_ + j_ + k_];
-                    c[i_ + k_] = (double)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+                    c[i_ + k_] = (double)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
                 }
 
                 i_ += n_;
@@ -141,7 +141,7 @@ __kernel void maximum__cpu__f64(
                 for (; k_ + 8 <= n_; k_ += 8) {
                     const ACC8_ x_ = (ACC8_)((ACC_)a[ao_ + j_ + k_ + 0], (ACC_)a[ao_ + j_ + k_ + 1], (ACC_)a[ao_ + j_ + k_ + 2], (ACC_)a[ao_ + j_ + k_ + 3], (ACC_)a[ao_ + j_ + k_ + 4], (ACC_)a[ao_ + j_ + k_ + 5], (ACC_)a[ao_ + j_ + k_ + 6], (ACC_)a[ao_ + j_ + k_ + 7]);
                     const ACC8_ y_ = b8_;
-                    const ACC8_ r_ = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+                    const ACC8_ r_ = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
                     c[i_ + k_ + 0] = (double)(r_.s0);
                     c[i_ + k_ + 1] = (double)(r_.s1);
                     c[i_ + k_ + 2] = (double)(r_.s2);
@@ -154,7 +154,7 @@ __kernel void maximum__cpu__f64(
                 for (; k_ < n_; ++k_) {
                     const ACC_ x_ = (ACC_)a[ao_ + j_ + k_];
                     const ACC_ y_ = b1_;
-                    c[i_ + k_] = (double)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+                    c[i_ + k_] = (double)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
                 }
 
                 i_ += n_;
@@ -182,7 +182,7 @@ __kernel void maximum__cpu__f64(
                 for (; k_ + 8 <= n_; k_ += 8) {
                     const ACC8_ x_ = a8_;
                     const ACC8_ y_ = (ACC8_)((ACC_)b[bo_ + j_ + k_ + 0], (ACC_)b[bo_ + j_ + k_ + 1], (ACC_)b[bo_ + j_ + k_ + 2], (ACC_)b[bo_ + j_ + k_ + 3], (ACC_)b[bo_ + j_ + k_ + 4], (ACC_)b[bo_ + j_ + k_ + 5], (ACC_)b[bo_ + j_ + k_ + 6], (ACC_)b[bo_ + j_ + k_ + 7]);
-                    const ACC8_ r_ = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+                    const ACC8_ r_ = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
                     c[i_ + k_ + 0] = (double)(r_.s0);
                     c[i_ + k_ + 1] = (double)(r_.s1);
                     c[i_ + k_ + 2] = (double)(r_.s2);
@@ -195,7 +195,7 @@ __kernel void maximum__cpu__f64(
                 for (; k_ < n_; ++k_) {
                     const ACC_ x_ = a1_;
                     const ACC_ y_ = (ACC_)b[bo_ + j_ + k_];
-                    c[i_ + k_] = (double)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+                    c[i_ + k_] = (double)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
                 }
 
                 i_ += n_;
@@ -225,7 +225,7 @@ __kernel void maximum__cpu__f64(
                 for (; k_ + 8 <= n_; k_ += 8) {
                     const ACC8_ x_ = a8_;
                     const ACC8_ y_ = b8_;
-                    const ACC8_ r_ = (((x_) > (y_)) || isnan(x_) ? (x_) : (y_));
+                    const ACC8_ r_ = (((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_));
                     c[i_ + k_ + 0] = (double)(r_.s0);
                     c[i_ + k_ + 1] = (double)(r_.s1);
                     c[i_ + k_ + 2] = (double)(r_.s2);
@@ -238,7 +238,7 @@ __kernel void maximum__cpu__f64(
                 for (; k_ < n_; ++k_) {
                     const ACC_ x_ = a1_;
                     const ACC_ y_ = b1_;
-                    c[i_ + k_] = (double)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+                    c[i_ + k_] = (double)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
                 }
 
                 i_ += n_;

@@ -29,5 +29,5 @@ __kernel void maximum__generic__f32(
     const int i1_ = i01_ - i0_ * D1;
     const ACC_ x_ = (ACC_)a[((i0_) * a_s0 + (i1_) * a_s1 + (i2_) * a_s2 + (i3_) * a_s3)];
     const ACC_ y_ = (ACC_)b[((i0_) * b_s0 + (i1_) * b_s1 + (i2_) * b_s2 + (i3_) * b_s3)];
-    c[(i01_ * D2 + i2_) * D3 + i3_] = (float)((((x_) > (y_)) || isnan(x_) ? (x_) : (y_)));
+    c[(i01_ * D2 + i2_) * D3 + i3_] = (float)((((x_) > (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
 }

@@ -7,6 +7,7 @@ typedef double8 ACC8_;
 
 typedef double SUM_;
 typedef double8 SUM8_;
+typedef ACC8_ ACCU8_ __attribute__((aligned(sizeof(ACC_))));  /* ACC8_ at any element boundary */
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void min__cpu__f64(
@@ -25,9 +26,9 @@ __kernel void min__cpu__f64(
     const int i0_ = (w_ % blocks_) * 32;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
-        /* LANES / 8 explicit vector accumulators (argmax: with vector indices), loaded by
-           vload8: the NaN-propagating pick as vector selects (scalar accumulators with isnan
-           were not vectorized). Lane e of accumulator v sees indices r_ + 8 v + e in order. */
+        /* LANES / 8 explicit vector accumulators (argmax: with vector indices), loaded
+           unaligned: the NaN-propagating pick as vector selects (scalar accumulators with a
+           NaN test were not vectorized). Lane e of accumulator v sees indices r_ + 8 v + e in order. */
         const ACC8_ first_ = (ACC8_)((ACC_)x[row_]);
         ACC8_ a0_ = first_;
         ACC8_ a1_ = first_;
@@ -35,41 +36,41 @@ __kernel void min__cpu__f64(
         ACC8_ a3_ = first_;
         int r_ = 0;
         for (; r_ + 32 <= R; r_ += 32) {
-            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 0)); a0_ = ((v_) < (a0_)) | isnan(v_) ? (v_) : (a0_); }
-            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 8)); a1_ = ((v_) < (a1_)) | isnan(v_) ? (v_) : (a1_); }
-            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 16)); a2_ = ((v_) < (a2_)) | isnan(v_) ? (v_) : (a2_); }
-            { const ACC8_ v_ = vload8(0, x + (row_ + r_ + 24)); a3_ = ((v_) < (a3_)) | isnan(v_) ? (v_) : (a3_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 0)); a0_ = ((v_) < (a0_)) | ((v_) != (v_)) ? (v_) : (a0_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 8)); a1_ = ((v_) < (a1_)) | ((v_) != (v_)) ? (v_) : (a1_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 16)); a2_ = ((v_) < (a2_)) | ((v_) != (v_)) ? (v_) : (a2_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 24)); a3_ = ((v_) < (a3_)) | ((v_) != (v_)) ? (v_) : (a3_); }
         }
-        a0_ = ((a1_) < (a0_)) | isnan(a1_) ? (a1_) : (a0_);
-        a0_ = ((a2_) < (a0_)) | isnan(a2_) ? (a2_) : (a0_);
-        a0_ = ((a3_) < (a0_)) | isnan(a3_) ? (a3_) : (a0_);
+        a0_ = ((a1_) < (a0_)) | ((a1_) != (a1_)) ? (a1_) : (a0_);
+        a0_ = ((a2_) < (a0_)) | ((a2_) != (a2_)) ? (a2_) : (a0_);
+        a0_ = ((a3_) < (a0_)) | ((a3_) != (a3_)) ? (a3_) : (a0_);
         ACC_ s_ = a0_.s0;
-        { const ACC_ v_ = a0_.s1; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s2; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s3; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s4; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s5; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s6; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s7; s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s1; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s2; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s3; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s4; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s5; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s6; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s7; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
         for (; r_ < R; ++r_) {
             const ACC_ v_ = (ACC_)x[row_ + r_];
-            s_ = ((v_) < (s_)) | isnan(v_) ? (v_) : (s_);
+            s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_);
         }
         y[b_] = (double)(s_);
     } else if (i0_ + 32 <= I) {
         /* IB / 8 vector accumulators of 8 consecutive outputs each (contiguous at every r),
-           loaded by vload8; argmax's lanes see r in order (seq), with vector indices */
+           loaded unaligned; argmax's lanes see r in order (seq), with vector indices */
         const size_t col_ = row_ + i0_;
-        ACC8_ a0_ = vload8(0, x + (col_ + 0));
-        ACC8_ a1_ = vload8(0, x + (col_ + 8));
-        ACC8_ a2_ = vload8(0, x + (col_ + 16));
-        ACC8_ a3_ = vload8(0, x + (col_ + 24));
+        ACC8_ a0_ = *(__global const ACCU8_*)(x + (col_ + 0));
+        ACC8_ a1_ = *(__global const ACCU8_*)(x + (col_ + 8));
+        ACC8_ a2_ = *(__global const ACCU8_*)(x + (col_ + 16));
+        ACC8_ a3_ = *(__global const ACCU8_*)(x + (col_ + 24));
         for (int r_ = 1; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
-            { const ACC8_ v_ = vload8(0, x + (at_ + 0)); a0_ = ((v_) < (a0_)) | isnan(v_) ? (v_) : (a0_); }
-            { const ACC8_ v_ = vload8(0, x + (at_ + 8)); a1_ = ((v_) < (a1_)) | isnan(v_) ? (v_) : (a1_); }
-            { const ACC8_ v_ = vload8(0, x + (at_ + 16)); a2_ = ((v_) < (a2_)) | isnan(v_) ? (v_) : (a2_); }
-            { const ACC8_ v_ = vload8(0, x + (at_ + 24)); a3_ = ((v_) < (a3_)) | isnan(v_) ? (v_) : (a3_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 0)); a0_ = ((v_) < (a0_)) | ((v_) != (v_)) ? (v_) : (a0_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 8)); a1_ = ((v_) < (a1_)) | ((v_) != (v_)) ? (v_) : (a1_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 16)); a2_ = ((v_) < (a2_)) | ((v_) != (v_)) ? (v_) : (a2_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 24)); a3_ = ((v_) < (a3_)) | ((v_) != (v_)) ? (v_) : (a3_); }
         }
         y[(size_t)b_ * I + i0_ + 0] = (double)(a0_.s0);
         y[(size_t)b_ * I + i0_ + 1] = (double)(a0_.s1);
@@ -108,7 +109,7 @@ __kernel void min__cpu__f64(
             const size_t col_ = row_ + i_;
             ACC_ a0_ = (ACC_)x[col_];
             for (int r_ = 1; r_ < R; ++r_) {
-                { const ACC_ v_ = (ACC_)x[col_ + (size_t)r_ * I]; a0_ = ((v_) < (a0_)) | isnan(v_) ? (v_) : (a0_); };
+                { const ACC_ v_ = (ACC_)x[col_ + (size_t)r_ * I]; a0_ = ((v_) < (a0_)) | ((v_) != (v_)) ? (v_) : (a0_); };
             }
             y[(size_t)b_ * I + i_] = (double)(a0_);
         }

@@ -47,7 +47,7 @@ __kernel void minimum__gpu__f32(
             }
             const ACC_ x_ = (ACC_)a[ai_];
             const ACC_ y_ = (ACC_)b[bi_];
-            c[i_] = (float)((((x_) < (y_)) || isnan(x_) ? (x_) : (y_)));
+            c[i_] = (float)((((x_) < (y_)) || ((x_) != (x_)) ? (x_) : (y_)));
         }
     }
 }
