@@ -104,6 +104,12 @@ def test_nan_propagates_like_numpy() -> None:
     for name in ("max", "min", "argmax"):
         np.testing.assert_array_equal(getattr(ops, name)(x, axis=1), getattr(np, name)(x, axis=1))
         np.testing.assert_array_equal(getattr(ops, name)(x), getattr(np, name)(x))
+    # across a middle axis: the cpu variant's vector blocks of outputs (i < 64) and its
+    # one-by-one tail (i = 69), a NaN first, in the middle and last along the axis
+    m = rng.standard_normal((2, 7, 70)).astype(np.float32)
+    m[1, 3, 9] = m[0, 0, 40] = m[1, 6, 69] = m[0, 2, 69] = np.nan
+    for name in ("max", "min", "argmax"):
+        np.testing.assert_array_equal(getattr(ops, name)(m, axis=1), getattr(np, name)(m, axis=1))
 
 
 def test_empty_axes() -> None:

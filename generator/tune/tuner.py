@@ -40,7 +40,7 @@ from generator.tune.cases import default_cases
 from generator.tune.pool import WorkerPool
 
 EXHAUSTIVE = 32  # spaces up to this size are searched exhaustively; larger ones sampled
-FINALISTS = 3  # the best candidates of each job race each other
+FINALISTS = 3  # the best candidates of each job race each other (and the spec defaults)
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,9 @@ def tune(
                         (job.inst.name, params_text(params), str(res.get("problem")))
                     )
             finalists = sorted(timed, key=timed.__getitem__)[:FINALISTS]
+            defaults = as_params(job.inst.param_map)
+            if defaults in timed and defaults not in finalists:
+                finalists.append(defaults)  # so that the entry's speedup is side by side too
             if len(finalists) > 1:
                 raced = _race(pool, journal, report, job, [(job.inst, p) for p in finalists])
                 for params, us in zip(finalists, raced, strict=True):
@@ -336,9 +339,9 @@ def _race_variants(
 
 
 def _entries(results: Iterable[Tuned]) -> list[Entry]:
-    """One entry per instance and bucket (the winner of its race; its time from the race among
-    the op's variants where there was one; the defaults' time, from the first round unless
-    they raced), and per instance a catch-all: the parameters with the best geometric mean
+    """One entry per instance and bucket (the winner of its race, which the spec defaults join;
+    its time from the race among the op's variants where there was one, and the defaults' in
+    proportion), and per instance a catch-all: the parameters with the best geometric mean
     speedup over every shape it was measured at (among those measured at all of them)."""
     entries: list[Entry] = []
     by_inst: dict[str, list[tuple[Job, Mapping[Params, float]]]] = {}
@@ -353,7 +356,11 @@ def _entries(results: Iterable[Tuned]) -> list[Entry]:
                 sha=schema_hash(job.inst),
                 shape=job.dims,
                 time_us=t.final_us,
-                default_us=timed.get(defaults, 0.0),
+                # the defaults' time from their race with the winner, on time_us's scale (the
+                # race among variants may have run in a slower or faster moment)
+                default_us=timed[defaults] * t.final_us / timed[t.chosen]
+                if defaults in timed
+                else 0.0,
                 tried=len(timed),
             )
         )
