@@ -126,6 +126,9 @@ def test_i32_sum_wraps_like_c() -> None:
     x = np.full((2, 5), 2**30, np.int32)
     np.testing.assert_array_equal(ops.sum(x, axis=1), x.sum(axis=1, dtype=np.int32))
     assert ops.sum(x, axis=1)[0] == 2**30  # 5 * 2**30 modulo 2**32, as a signed 32-bit int
+    m = np.full((2, 5, 70), 2**30, np.int32)  # across a middle axis: vector blocks and a tail
+    m[1, 2, 3] = -7
+    np.testing.assert_array_equal(ops.sum(m, axis=1), m.sum(axis=1, dtype=np.int32))
 
 
 # --- several axes, all axes (axis=None | int | tuple, as NumPy) ---------------------------------
