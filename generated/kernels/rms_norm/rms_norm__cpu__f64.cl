@@ -7,6 +7,8 @@ typedef double8 ACC8_;
 
 typedef double SUM_;
 typedef double8 SUM8_;
+typedef ACC8_ ACCU8_ __attribute__((aligned(sizeof(ACC_))));  /* ACC8_ at any element boundary */
+
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void rms_norm__cpu__f64(
     __global const double* restrict x,
@@ -22,18 +24,34 @@ __kernel void rms_norm__cpu__f64(
     const size_t row_ = (size_t)b_ * R;
     int r_;
     const ACC_ mean_ = 0;
-    ACC8_ vq_ = 0;
-    for (r_ = 0; r_ + 8 <= R; r_ += 8) {
-        const ACC8_ d_ = (ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]) - mean_;
-        vq_ += d_ * d_;
+    ACC8_ sq0_ = 0;
+    ACC8_ sq1_ = 0;
+    ACC8_ sq2_ = 0;
+    ACC8_ sq3_ = 0;
+    for (r_ = 0; r_ + 32 <= R; r_ += 32) {
+        { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 0)) - mean_; sq0_ += v_ * v_; }
+        { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 8)) - mean_; sq1_ += v_ * v_; }
+        { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 16)) - mean_; sq2_ += v_ * v_; }
+        { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 24)) - mean_; sq3_ += v_ * v_; }
     }
-    ACC_ sq_ = (((vq_).s0 + (vq_).s1) + ((vq_).s2 + (vq_).s3)) + (((vq_).s4 + (vq_).s5) + ((vq_).s6 + (vq_).s7));
+    for (; r_ + 8 <= R; r_ += 8) {
+        const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_)) - mean_;
+        sq0_ += v_ * v_;
+    }
+    sq0_ += sq1_;
+    sq2_ += sq3_;
+    sq0_ += sq2_;
+    ACC_ sq_ = (((sq0_).s0 + (sq0_).s1) + ((sq0_).s2 + (sq0_).s3)) + (((sq0_).s4 + (sq0_).s5) + ((sq0_).s6 + (sq0_).s7));
     for (; r_ < R; ++r_) {
-        const ACC_ d_ = (ACC_)x[row_ + r_] - mean_;
-        sq_ += d_ * d_;
+        const ACC_ v_ = (ACC_)x[row_ + r_] - mean_;
+        sq_ += v_ * v_;
     }
+
     const ACC_ inv_ = (ACC_)1 / sqrt(sq_ / (ACC_)R + (ACC_)eps);
-    for (r_ = 0; r_ < R; ++r_) {
+    for (r_ = 0; r_ + 8 <= R; r_ += 8) {
+        *(__global ACCU8_*)(y + row_ + r_) = (*(__global const ACCU8_*)(x + (row_ + r_)) - mean_) * inv_ * *(__global const ACCU8_*)(weight + (r_));
+    }
+    for (; r_ < R; ++r_) {
         y[row_ + r_] = (double)(((ACC_)x[row_ + r_] - mean_) * inv_ * (ACC_)weight[r_]);
     }
 }
