@@ -192,6 +192,29 @@ def test_an_override_reaches_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None
         d.override_params("relu__cpu__f32", None)
 
 
+def test_the_plan_covers_channels_last_convs_and_the_layouts_asked_for() -> None:
+    """Jobs run in every tensor's first layout and in the convention's others (channels-last
+    convs, which the benchmarks run); `--layouts` adds combinations, and a tensor or layout
+    the op does not have is a usage error that names what it has."""
+    from generator.errors import UsageError
+    from generator.tune.cases import parse_layouts
+    from generator.tune.tuner import plan_jobs
+
+    conv = {j.inst.name for j in plan_jobs(REG, CPU, ["conv2d"], ["f32"])}
+    assert "conv2d__cpu_packed__f32__x_row__y_row" in conv
+    assert "conv2d__cpu_im2col__f32__x_nhwc__y_nhwc" in conv
+    small = (Case({"BATCH": 1, "M": 300, "N": 200, "K": 100, "BA": 1, "BB": 1}),)
+    plain = {j.inst.name for j in plan_jobs(REG, CPU, ["matmul"], ["f32"], {"matmul": small})}
+    assert all("a_row__b_row" in n for n in plain)
+    asked = parse_layouts("matmul:b=col;matmul:a=col,b=col")
+    both = {j.inst.name for j in plan_jobs(REG, CPU, ["matmul"], ["f32"], {"matmul": small}, asked)}
+    assert {"matmul__cpu_packed__f32__a_row__b_col", "matmul__cpu_packed__f32__a_col__b_col"} < both
+    with pytest.raises(UsageError, match="matmul's b has no layout 'nhwc' \\(it has row, col\\)"):
+        plan_jobs(REG, CPU, ["matmul"], ["f32"], {"matmul": small}, parse_layouts("matmul:b=nhwc"))
+    with pytest.raises(UsageError, match="is not OP:TENSOR=LAYOUT"):
+        parse_layouts("matmul:b")
+
+
 # --- the tuner, end to end --------------------------------------------------------------------
 
 WRONG = ' ~ (" + 1" if params.CHUNK == 1024 else "")'

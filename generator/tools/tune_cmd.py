@@ -21,6 +21,11 @@ def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignor
     t.add_argument("ops", nargs="*", help="ops to tune (default: every op)")
     t.add_argument("--dtypes", default="f32,f64", help="dtypes to tune (default: f32,f64)")
     t.add_argument("--shapes", help="OP:DIM=N,...;OP:... instead of the default shapes")
+    t.add_argument(
+        "--layouts",
+        help="OP:TENSOR=LAYOUT,...;OP:... layout combinations to tune besides the default ones "
+        "(the first layouts, and channels-last convs)",
+    )
     t.add_argument("--budget", type=float, default=600.0, help="seconds for the whole run")
     t.add_argument("--timeout", type=float, default=120.0, help="seconds per candidate")
     t.add_argument("--repeats", type=int, default=7, help="timed repeats per candidate")
@@ -59,7 +64,7 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
     from generator.device.discovery import default_device
     from generator.device.query import from_device
     from generator.params.space import ParamSpace
-    from generator.tune.cases import parse_shapes
+    from generator.tune.cases import parse_layouts, parse_shapes
     from generator.tune.tuner import plan_jobs, tune
 
     ops = args.ops or sorted(reg.ops)
@@ -68,7 +73,11 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
         raise UsageError(f"unknown op {', '.join(unknown)} (ops: {', '.join(sorted(reg.ops))})")
     profile = from_device(default_device())
     shapes = parse_shapes(args.shapes) if args.shapes else None
-    jobs = plan_jobs(reg, profile, ops, args.dtypes.split(","), shapes)
+    layouts = parse_layouts(args.layouts) if args.layouts else None
+    stray = sorted(set(layouts or ()) - set(ops))
+    if stray:
+        raise UsageError(f"--layouts names {', '.join(stray)}, which this run does not tune")
+    jobs = plan_jobs(reg, profile, ops, args.dtypes.split(","), shapes, layouts)
     total = sum(len(list(ParamSpace(j.inst).candidates(profile))) for j in jobs)
     print(f"tuning {len(jobs)} instance × shape jobs, {total} candidates, on {profile.name}")
     with tqdm(total=total, unit="cand", disable=None) as bar:

@@ -1,8 +1,12 @@
 """The shapes the tuner measures, by default: per op, a representative large call (the sizes
 the benchmarks use) in the op's canonical dims, by calling convention where ops share one.
-`clforge tune --shapes` replaces them."""
+`clforge tune --shapes` replaces them. And the layouts it measures them in: every tensor in
+its first layout, plus the combinations listed here (those the benchmarks run: channels-last
+convs); `clforge tune --layouts` adds others."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from generator.errors import UsageError
 from generator.references.base import Case
@@ -65,8 +69,54 @@ BY_CONVENTION: dict[str, tuple[Case, ...]] = {
 }
 
 
+#: layout combinations tuned besides the first layouts, by calling convention (tensor ->
+#: layout; a tensor not named keeps its first layout)
+LAYOUTS_BY_CONVENTION: dict[str, tuple[dict[str, str], ...]] = {
+    "conv2d": ({"x": "nhwc", "y": "nhwc"},),
+}
+
+Layouts = dict[str, str]
+
+
 def default_cases(op: OpSig) -> tuple[Case, ...]:
     return BY_CONVENTION.get(op.call, ())
+
+
+def default_layouts(op: OpSig) -> tuple[Layouts, ...]:
+    """The layout combinations the tuner measures `op` in by default: the first layouts ({}),
+    then the convention's others."""
+    return ({}, *LAYOUTS_BY_CONVENTION.get(op.call, ()))
+
+
+def full_layouts(op: OpSig, chosen: Mapping[str, str]) -> Layouts:
+    """Every tensor's layout: `chosen`'s, else the tensor's first; a tensor or layout the op
+    does not have is a UsageError."""
+    tensors = {t.name: t for t in op.inputs + op.outputs}
+    for name, layout in chosen.items():
+        t = tensors.get(name)
+        if t is None:
+            raise UsageError(f"--layouts: {op.name} has no tensor {name!r} ({', '.join(tensors)})")
+        if layout not in t.layouts:
+            raise UsageError(
+                f"--layouts: {op.name}'s {name} has no layout {layout!r} "
+                f"(it has {', '.join(t.layouts)})"
+            )
+    return {name: chosen.get(name, t.layouts[0]) for name, t in tensors.items()}
+
+
+def parse_layouts(text: str) -> dict[str, tuple[Layouts, ...]]:
+    """`OP:TENSOR=LAYOUT,...;OP:...` as layout combinations per op (repeat an op for several)."""
+    out: dict[str, list[Layouts]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        op, sep, assigns = part.partition(":")
+        combo: Layouts = {}
+        for a in filter(None, (x.strip() for x in assigns.split(","))):
+            k, eq, v = a.partition("=")
+            if not (sep and eq and k.strip() and v.strip()):
+                raise UsageError(f"--layouts: {part!r} is not OP:TENSOR=LAYOUT,...")
+            combo[k.strip()] = v.strip()
+        out.setdefault(op.strip(), []).append(combo)
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def parse_shapes(text: str) -> dict[str, tuple[Case, ...]]:

@@ -36,7 +36,7 @@ from generator.params.space import Params, ParamSpace, as_params, params_text
 from generator.references.base import Case
 from generator.registry.loader import Registry
 from generator.registry.records import Instance
-from generator.tune.cases import default_cases
+from generator.tune.cases import default_cases, default_layouts, full_layouts
 from generator.tune.pool import WorkerPool
 
 EXHAUSTIVE = 32  # spaces up to this size are searched exhaustively; larger ones sampled
@@ -87,14 +87,24 @@ def plan_jobs(
     ops: Iterable[str],
     dtypes: Iterable[str],
     cases: Mapping[str, tuple[Case, ...]] | None = None,
+    layouts: Mapping[str, tuple[Mapping[str, str], ...]] | None = None,
 ) -> list[Job]:
     """The instances the device would consider (target, requirements and guard accepted) with
-    parameters to tune, in their first layouts, at each tuning shape of their op."""
+    parameters to tune, at each tuning shape of their op, in each layout combination: the
+    first layouts and the op's defaults (:func:`~generator.tune.cases.default_layouts`), plus
+    those `layouts` gives for it."""
     jobs: list[Job] = []
     wanted = set(dtypes)
     for name in ops:
         op = reg.op(name)
-        for case in (cases or {}).get(name) or default_cases(op):
+        combos = [full_layouts(op, c) for c in default_layouts(op)]
+        for extra in (layouts or {}).get(name, ()):
+            full = full_layouts(op, extra)
+            if full not in combos:
+                combos.append(full)
+        for case, lay in (
+            (case, lay) for case in (cases or {}).get(name) or default_cases(op) for lay in combos
+        ):
             shapes = {
                 t.name: tuple(case.shapes.get(t.name, tuple(case.dims[d] for d in t.shape)))
                 for t in op.inputs
@@ -102,11 +112,10 @@ def plan_jobs(
             attrs = resolve_attrs(op, case.attrs)
             dims = bind_dims(op, shapes, attrs)
             env = {**dims, **int_attrs(op, attrs)}
-            layouts = {t.name: t.layouts[0] for t in op.inputs + op.outputs}
             for dtype in op.dtypes:
                 if dtype not in wanted:
                     continue
-                sel = select(reg, profile, name, dtype, layouts, env)
+                sel = select(reg, profile, name, dtype, lay, env)
                 for cand in sel.candidates:
                     if not cand.accepted or cand.instance is None:
                         continue
@@ -323,11 +332,12 @@ def _race(
 def _race_variants(
     pool: WorkerPool, journal: Journal, report: Report, results: list[Tuned]
 ) -> None:
-    """Where several variants of one op and dtype were tuned at one shape, race their chosen
-    sets against each other and keep those times (selection compares them: the crossover)."""
+    """Where several variants of one op, dtype and layouts were tuned at one shape, race their
+    chosen sets against each other and keep those times (selection compares them: the crossover)."""
     groups: dict[tuple[Any, ...], list[Tuned]] = {}
     for t in results:
-        key = (t.job.inst.op, t.job.inst.dtype, t.job.dims, t.job.attrs, t.job.shapes)
+        inst = t.job.inst
+        key = (inst.op, inst.dtype, inst.layouts, t.job.dims, t.job.attrs, t.job.shapes)
         groups.setdefault(key, []).append(t)
     for group in groups.values():
         if len(group) < 2:
