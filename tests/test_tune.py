@@ -215,6 +215,43 @@ def test_the_plan_covers_channels_last_convs_and_the_layouts_asked_for() -> None
         parse_layouts("matmul:b")
 
 
+def test_every_bench_case_is_tuned_at_its_own_shape_bucket() -> None:
+    """The tuner's default shapes are the benchmarks' (README: "the benchmarks' sizes"): each
+    bench case's op, dtype, layouts, attributes and shape bucket is a job the default plan
+    makes, wherever the case's instance has parameters to tune (attributes aside: entries are
+    keyed by instance and bucket)."""
+    from generator.call.binding import bind_dims, resolve_attrs
+    from generator.call.selection import select
+    from generator.tools.bench.cases import CASES
+    from generator.device.discovery import default_device
+    from generator.device.query import from_device
+    from generator.tune.tuner import plan_jobs
+
+    device = from_device(default_device())
+    jobs = plan_jobs(REG, device, sorted({c.op for c in CASES}), ["f32", "f64"])
+    planned = {(j.inst.name, j.bucket) for j in jobs}  # entries are keyed so: no attributes
+    for case in CASES:
+        op = REG.op(case.op)
+        shapes = {
+            t.name: tuple(case.shapes.get(t.name, tuple(case.sizes[d] for d in t.shape)))
+            for t in op.inputs
+        }
+        attrs = resolve_attrs(op, case.attrs)
+        dims = bind_dims(op, shapes, attrs)
+        first = {t.name: t.layouts[0] for t in op.inputs + op.outputs}
+        layouts = {**first, **case.layouts}
+        if "x" in case.layouts and "y" in first:  # conv2d's y follows x
+            layouts["y"] = case.layouts["x"]
+        env = {**dims, **{k: int(v) for k, v in attrs.items() if float(v).is_integer()}}
+        sel = select(REG, device, case.op, case.dtype, layouts, env)
+        assert sel.chosen is not None, f"{case.label}: nothing runs it"
+        chosen = REG.instance(sel.chosen.instance) if sel.chosen.instance else None
+        if chosen is None or not chosen.tunables:
+            continue
+        key = (chosen.name, bucket_of(dims))
+        assert key in planned, f"{case.label}: {chosen.name} is not tuned at {key[1]}"
+
+
 # --- the tuner, end to end --------------------------------------------------------------------
 
 WRONG = ' ~ (" + 1" if params.CHUNK == 1024 else "")'

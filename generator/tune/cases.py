@@ -69,6 +69,17 @@ BY_CONVENTION: dict[str, tuple[Case, ...]] = {
 }
 
 
+#: ops whose benchmark sizes differ from their convention's: the softmaxes run rows of 1024
+#: (the reductions rows of 4096), mul a full 4096 x 4096, gelu 4M elements
+BY_OP: dict[str, tuple[Case, ...]] = {
+    **{
+        op: (Case({"B": 4096, "R": 1024, "I": 1}), Case({"B": 64, "R": 1024, "I": 64}))
+        for op in ("softmax", "log_softmax")
+    },
+    "mul": (*BY_CONVENTION["broadcast"], Case({"D0": 1, "D1": 1, "D2": 4096, "D3": 4096})),
+    "gelu": (*BY_CONVENTION["flat"], Case({"N": 4 * _M})),
+}
+
 #: layout combinations tuned besides the first layouts, by calling convention (tensor ->
 #: layout; a tensor not named keeps its first layout)
 LAYOUTS_BY_CONVENTION: dict[str, tuple[dict[str, str], ...]] = {
@@ -79,7 +90,7 @@ Layouts = dict[str, str]
 
 
 def default_cases(op: OpSig) -> tuple[Case, ...]:
-    return BY_CONVENTION.get(op.call, ())
+    return BY_OP.get(op.name) or BY_CONVENTION.get(op.call, ())
 
 
 def default_layouts(op: OpSig) -> tuple[Layouts, ...]:
