@@ -222,9 +222,9 @@ def test_every_bench_case_is_tuned_at_its_own_shape_bucket() -> None:
     keyed by instance and bucket)."""
     from generator.call.binding import bind_dims, resolve_attrs
     from generator.call.selection import select
-    from generator.tools.bench.cases import CASES
     from generator.device.discovery import default_device
     from generator.device.query import from_device
+    from generator.tools.bench.cases import CASES
     from generator.tune.tuner import plan_jobs
 
     device = from_device(default_device())
