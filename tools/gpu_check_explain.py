@@ -34,10 +34,19 @@ SIZES: dict[str, dict[str, int]] = {
     "trailing": {"B": 4096, "R": 1024},
     "matmul": {"BATCH": 1, "M": 1024, "N": 1024, "K": 1024, "BA": 1, "BB": 1},
     "gemm": {"M": 1024, "N": 1024, "K": 1024},
-    "permute": {"D0": 1, "D1": 1, "D2": 4096, "D3": 4096,
-                "E0": 1, "E1": 1, "E2": 4096, "E3": 4096},
-    "conv2d": {"N": 1, "C": 64, "H": 56, "W": 56, "K": 64, "CG": 64, "R": 3, "S": 3,
-               "OH": 54, "OW": 54},
+    "permute": {"D0": 1, "D1": 1, "D2": 4096, "D3": 4096, "E0": 1, "E1": 1, "E2": 4096, "E3": 4096},
+    "conv2d": {
+        "N": 1,
+        "C": 64,
+        "H": 56,
+        "W": 56,
+        "K": 64,
+        "CG": 64,
+        "R": 3,
+        "S": 3,
+        "OH": 54,
+        "OW": 54,
+    },
     "attention": {"B": 1, "H": 8, "HK": 8, "SQ": 512, "SK": 512, "D": 64, "DV": 64},
     "channels": {"N": 32, "C": 64, "S": 3136},
     "pool2d": {"N": 32, "C": 64, "H": 56, "W": 56, "OH": 28, "OW": 28},
@@ -77,8 +86,9 @@ def calls_for(op: dict[str, Any]) -> list[tuple[str, str, dict[str, int]]]:
     return [(op["op"], dtype, dims) for dtype in op["dtypes"] or [""]]
 
 
-def explain(python: str, root: Path, device: str, op: str, dtype: str,
-            dims: dict[str, int], timeout: float) -> dict[str, Any]:
+def explain(
+    python: str, root: Path, device: str, op: str, dtype: str, dims: dict[str, int], timeout: float
+) -> dict[str, Any]:
     cmd = [python, "-m", "generator", "explain", op, "--device", device, "--json"]
     if dtype:
         cmd += ["--dtype", dtype]
@@ -87,8 +97,9 @@ def explain(python: str, root: Path, device: str, op: str, dtype: str,
     entry: dict[str, Any] = {"op": op, "dtype": dtype, "dims": dims, "command": cmd[1:]}
     start = time.monotonic()
     try:
-        done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        done = subprocess.run(
+            cmd, cwd=root, capture_output=True, text=True, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired:
         entry.update(exit=None, error=f"timed out after {timeout:.0f} s")
         return entry
@@ -133,11 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     calls = [c for op in ops for c in calls_for(op)]
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        entries = list(pool.map(
-            lambda c: explain(args.python, args.root, args.device, c[0], c[1], c[2],
-                              args.timeout),
-            calls,
-        ))
+        entries = list(
+            pool.map(
+                lambda c: explain(
+                    args.python, args.root, args.device, c[0], c[1], c[2], args.timeout
+                ),
+                calls,
+            )
+        )
     device = next((e["selection"]["device"] for e in entries if e.get("selection")), None)
     bad = [e for e in entries if not (e.get("selection") or {}).get("chosen")]
     args.json_out.write_text(
@@ -145,8 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         + "\n",
         encoding="utf-8",
     )
-    text = [f"explain on {device or 'an unknown device'}: {len(entries)} calls, "
-            f"{len(bad)} without a choice", ""]
+    text = [
+        f"explain on {device or 'an unknown device'}: {len(entries)} calls, "
+        f"{len(bad)} without a choice",
+        "",
+    ]
     text += [line(e) for e in entries]
     args.text_out.write_text("\n".join(text) + "\n", encoding="utf-8")
     print(f"{len(entries)} calls, {len(bad)} without a choice")
