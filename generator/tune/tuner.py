@@ -9,6 +9,7 @@ clforge's cache folder, so a killed run resumes where it stopped."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -57,6 +58,15 @@ class Job:
     def bucket(self) -> str:
         return bucket_of(dict(self.dims))
 
+    def request(self, repeats: int) -> dict[str, Any]:
+        """The worker request's fields for this job's shape (what to run is added to it)."""
+        return {
+            "dims": dict(self.dims),
+            "shapes": {k: list(v) for k, v in self.shapes},
+            "attrs": dict(self.attrs),
+            "repeats": repeats,
+        }
+
 
 @dataclass
 class Tuned:
@@ -102,9 +112,7 @@ def plan_jobs(
             full = full_layouts(op, extra)
             if full not in combos:
                 combos.append(full)
-        for case, lay in (
-            (case, lay) for case in (cases or {}).get(name) or default_cases(op) for lay in combos
-        ):
+        for case, lay in itertools.product((cases or {}).get(name) or default_cases(op), combos):
             shapes = {
                 t.name: tuple(case.shapes.get(t.name, tuple(case.dims[d] for d in t.shape)))
                 for t in op.inputs
@@ -161,10 +169,14 @@ class Journal:
                     continue  # a line cut short by a kill
 
     @staticmethod
-    def key(job: Job, params: Params, round_: int) -> str:
-        return json.dumps(
-            [job.inst.name, schema_hash(job.inst), params, job.dims, job.attrs, round_]
-        )
+    def key(job: Job, params: Params) -> str:
+        # the trailing 0 was a round index; it stays so that earlier journals keep matching
+        return json.dumps([job.inst.name, schema_hash(job.inst), params, job.dims, job.attrs, 0])
+
+    @staticmethod
+    def race_key(job: Job, runners: list[tuple[Instance, Params]]) -> str:
+        entrants = [[i.name, schema_hash(i), p] for i, p in runners]
+        return json.dumps(["race", entrants, job.dims, job.attrs, job.shapes])
 
     def record(self, key: str, result: dict[str, Any]) -> None:
         rec = {"key": key, **result}
@@ -209,7 +221,7 @@ def tune(
                 if time.monotonic() - start > budget_s:
                     report.skipped += 1
                     continue
-                res = _measure(pool, journal, report, job, params, 0, repeats)
+                res = _measure(pool, journal, report, job, params, repeats)
                 if progress is not None:
                     progress(1)
                 if res.get("ok"):
@@ -223,7 +235,8 @@ def tune(
             if defaults in timed and defaults not in finalists:
                 finalists.append(defaults)  # so that the entry's speedup is side by side too
             if len(finalists) > 1:
-                raced = _race(pool, journal, report, job, [(job.inst, p) for p in finalists])
+                runners = [(job.inst, p) for p in finalists]
+                raced = _race(pool, journal, report, job, runners, repeats)
                 for params, us in zip(finalists, raced, strict=True):
                     if us is None:  # it failed this time (a crash, a hang): never chosen
                         timed.pop(params)
@@ -233,7 +246,7 @@ def tune(
             if finalists:
                 chosen = min(finalists, key=timed.__getitem__)
                 results.append(Tuned(job, timed, chosen, timed[chosen]))
-        _race_variants(pool, journal, report, results)
+        _race_variants(pool, journal, report, results, repeats)
     finally:
         pool.close()
     report.entries = [e for e in _entries(results) if catch_all or e.bucket != CATCH_ALL]
@@ -262,32 +275,25 @@ def files_for(
     return out
 
 
-def _measure(
-    pool: WorkerPool,
-    journal: Journal,
-    report: Report,
-    job: Job,
-    params: Params,
-    round_: int,
-    repeats: int,
+def _journaled(
+    pool: WorkerPool, journal: Journal, report: Report, key: str, req: dict[str, Any]
 ) -> dict[str, Any]:
-    key = Journal.key(job, params, round_)
+    """The worker's reply to `req`: from the journal of earlier runs when it holds `key`, else
+    measured now and journaled."""
     if key in journal.done:
         report.reused += 1
         return journal.done[key]
-    res = pool.request(
-        {
-            "instance": job.inst.name,
-            "params": dict(params),
-            "dims": dict(job.dims),
-            "shapes": {k: list(v) for k, v in job.shapes},
-            "attrs": dict(job.attrs),
-            "repeats": repeats,
-        }
-    )
+    res = pool.request(req)
     report.measured += 1
     journal.record(key, res)
     return res
+
+
+def _measure(
+    pool: WorkerPool, journal: Journal, report: Report, job: Job, params: Params, repeats: int
+) -> dict[str, Any]:
+    req = {"instance": job.inst.name, "params": dict(params), **job.request(repeats)}
+    return _journaled(pool, journal, report, Journal.key(job, params), req)
 
 
 def _race(
@@ -296,33 +302,13 @@ def _race(
     report: Report,
     job: Job,
     runners: list[tuple[Instance, Params]],
+    repeats: int,
 ) -> list[float | None]:
     """Microseconds of each (instance, params) at `job`'s shape, raced in one request (None
     for one that failed there)."""
-    key = json.dumps(
-        [
-            "race",
-            [[i.name, schema_hash(i), p] for i, p in runners],
-            job.dims,
-            job.attrs,
-            job.shapes,
-        ]
-    )
-    res = journal.done.get(key)
-    if res is not None:
-        report.reused += 1
-    else:
-        res = pool.request(
-            {
-                "race": [{"instance": i.name, "params": dict(p)} for i, p in runners],
-                "dims": dict(job.dims),
-                "shapes": {k: list(v) for k, v in job.shapes},
-                "attrs": dict(job.attrs),
-                "repeats": 7,
-            }
-        )
-        report.measured += 1
-        journal.record(key, res)
+    race = [{"instance": i.name, "params": dict(p)} for i, p in runners]
+    req = {"race": race, **job.request(repeats)}
+    res = _journaled(pool, journal, report, Journal.race_key(job, runners), req)
     us = res.get("us") if res.get("ok") else None
     if not isinstance(us, list) or len(us) != len(runners):
         return [None] * len(runners)  # the whole race failed (the worker died, say)
@@ -330,7 +316,7 @@ def _race(
 
 
 def _race_variants(
-    pool: WorkerPool, journal: Journal, report: Report, results: list[Tuned]
+    pool: WorkerPool, journal: Journal, report: Report, results: list[Tuned], repeats: int
 ) -> None:
     """Where several variants of one op, dtype and layouts were tuned at one shape, race their
     chosen sets against each other and keep those times (selection compares them: the crossover)."""
@@ -342,7 +328,8 @@ def _race_variants(
     for group in groups.values():
         if len(group) < 2:
             continue
-        raced = _race(pool, journal, report, group[0].job, [(t.job.inst, t.chosen) for t in group])
+        runners = [(t.job.inst, t.chosen) for t in group]
+        raced = _race(pool, journal, report, group[0].job, runners, repeats)
         for t, us in zip(group, raced, strict=True):
             if us is not None:
                 t.final_us = us
