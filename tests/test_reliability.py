@@ -75,7 +75,7 @@ def test_launches_from_many_threads_are_safe() -> None:
 
 
 def _pool_blocks() -> int:
-    return dispatcher().runtime.allocator.active_blocks
+    return dispatcher().runtime.pool.active_blocks
 
 
 @pytest.mark.parametrize(

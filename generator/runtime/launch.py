@@ -32,6 +32,7 @@ from generator.params.space import Params, as_params
 from generator.registry import loader as registry_mod
 from generator.registry.loader import Registry
 from generator.registry.records import Instance, Step
+from generator.runtime import hugepages
 from generator.runtime.program_cache import ProgramCache
 
 SCALAR_TYPES = {"int": np.int32, "float": np.float32, "double": np.float64}
@@ -132,7 +133,13 @@ class Runtime:
         self.dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)  # for empty tensors
         # outputs and input copies come from a pool: a fresh buffer per call would pay page
         # faults on first touch (a 64 MiB output costs more than the kernel that fills it)
-        self.allocator = MemoryPool(ImmediateAllocator(queue))
+        self.pool = MemoryPool(ImmediateAllocator(queue))
+        # on a CPU device, large blocks also get transparent huge pages (hugepages.py)
+        self.allocator: Any = (
+            hugepages.AdvisingAllocator(queue, self.pool)
+            if hugepages.wanted(self.device)
+            else self.pool
+        )
 
     # --- building ---------------------------------------------------------------------------
 
