@@ -22,8 +22,16 @@ inline float16 exp_v_(float16 x) {
     p = p * r + 4.99999940e-1f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
+#if defined(__AVX512F__)
+    /* AVX-512: p 2^n in one vscalefps, denormal results rounded once, overflow to inf */
+    typedef float mv_ __attribute__((__vector_size__(64)));
+    return __builtin_bit_cast(float16, __builtin_ia32_scalefps512_mask(
+        __builtin_bit_cast(mv_, p), __builtin_bit_cast(mv_, n), __builtin_bit_cast(mv_, p),
+        (ushort)-1, 4));
+#else
     const float16 s = as_float16((as_int16(j) + (x < 0.0f ? (int16)151 : (int16)126)) << 23);
     return (p * s) * (x < 0.0f ? (float16)5.96046448e-8f : (float16)2.0f);
+#endif
 }
 
 
