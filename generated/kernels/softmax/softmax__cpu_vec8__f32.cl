@@ -27,7 +27,7 @@ inline float8 exp_w8_(float8 x) {
     typedef float mv_ __attribute__((__vector_size__(32)));
     return __builtin_bit_cast(float8, __builtin_ia32_scalefps256_mask(
         __builtin_bit_cast(mv_, p), __builtin_bit_cast(mv_, n), __builtin_bit_cast(mv_, p),
-        (uchar)-1, 4));
+        (uchar)-1));
 #else
     const float8 s = as_float8((as_int8(j) + (x < 0.0f ? (int8)151 : (int8)126)) << 23);
     return (p * s) * (x < 0.0f ? (float8)5.96046448e-8f : (float8)2.0f);
