@@ -521,3 +521,27 @@ def test_a_run_at_chosen_shapes_keeps_the_catch_all_entries(planted: Tree) -> No
     _, _, second = _tune(planted, catch_all=False)
     assert second.entries and all(e.bucket != CATCH_ALL for e in second.entries)
     assert [e for e in load(second.path).entries if e.bucket == CATCH_ALL] == [other]
+
+
+def test_a_change_to_an_imported_template_makes_entries_stale_though_defaults_render_the_same(
+    tmp_path: Path,
+) -> None:
+    """A tuned set is rendered from the templates, not read from generated/: a change that only
+    other parameters see (here a Jinja comment, which renders nothing) still changes what an
+    entry measured, so the entry must not be reused."""
+    from generator.emit.render import Renderer
+
+    shutil.copytree(DEFAULT.specs, tmp_path / "specs")
+    shutil.copytree(DEFAULT.templates, tmp_path / "templates")
+    tree = Tree(tmp_path)
+    generate(tree)
+    before = registry_mod.load(tree).instance("exp__cpu__f32")
+    shared = tmp_path / "templates/_common/transcendentals.cl.j2"  # imported by unary_cpu
+    shared.write_text(shared.read_text() + "{# a change no default rendering shows #}\n")
+    generate(tree)
+    after = registry_mod.load(tree).instance("exp__cpu__f32")
+    assert after.sha256 == before.sha256  # the generated kernel is the same
+    assert after.templates_sha != before.templates_sha
+    assert schema_hash(after) != schema_hash(before)
+    untouched = registry_mod.load(tree).instance("matmul__cpu_packed__f32__a_row__b_row")
+    assert untouched.templates_sha == Renderer(DEFAULT).templates_digest(untouched.template)

@@ -65,7 +65,8 @@ def build(tree: Tree = DEFAULT) -> Output:
             text = renderer.render(inst, sig, inst.template)
             digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
             files[f"{pkg}/{inst.source}"] = text
-            instances.append(dataclasses.replace(inst, sha256=digest))
+            templates = renderer.templates_digest(inst.template)
+            instances.append(dataclasses.replace(inst, sha256=digest, templates_sha=templates))
     files[f"{pkg}/registry.py"] = registry_source(ops, instances, tree.name)
     files[f"{pkg}/ops.py"] = ops_source(ops, tree)
     files["docs/ops.md"] = ops_doc(ops, instances, tree.package, extended, accuracy)

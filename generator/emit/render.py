@@ -7,11 +7,13 @@ own names never shadow them and never collide with clforge's.
 
 from __future__ import annotations
 
+import hashlib
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from generator.core.cache_dir import cache_dir
@@ -46,6 +48,7 @@ class Renderer:
 
     def __init__(self, tree: Tree = DEFAULT) -> None:
         self.tree = tree
+        self._digests: dict[str, str] = {}
 
     @cached_property
     def env(self) -> jinja2.Environment:
@@ -73,6 +76,32 @@ class Renderer:
         )
         env.globals["dtypes"] = DTYPES
         return env
+
+    def templates_digest(self, template: str) -> str:
+        """The sha256 of `template` and of every template it imports, includes or extends,
+        recursively (names and sources, in name order): everything a rendering of it depends on
+        besides the instance, whatever its parameters."""
+        digest = self._digests.get(template)
+        if digest is not None:
+            return digest
+        sources: dict[str, str] = {}
+        todo = [template]
+        while todo:
+            name = todo.pop()
+            if name in sources:
+                continue
+            try:
+                sources[name] = self.env.loader.get_source(self.env, name)[0]  # type: ignore[union-attr]
+            except jinja2.TemplateNotFound:
+                sources[name] = ""  # reported by render(), with the instance that wants it
+                continue
+            refs = jinja2.meta.find_referenced_templates(self.env.parse(sources[name]))
+            todo.extend(r for r in refs if r is not None)
+        h = hashlib.sha256()
+        for name in sorted(sources):
+            h.update(f"{name}\0{sources[name]}\0".encode())
+        self._digests[template] = digest = h.hexdigest()
+        return digest
 
     def render(self, inst: Instance, op: OpSig, template: str) -> str:
         for name in [a.name for a in inst.args] + [p for p, _ in inst.params]:

@@ -45,9 +45,12 @@ def bucket_of(dims: Mapping[str, int]) -> str:
 
 
 def schema_hash(inst: Instance) -> str:
-    """What an entry measured: the instance's source (its hash) and its parameter schema."""
+    """What an entry measured: the instance's source (its hash), the templates any parameter
+    set of it is rendered from (so that a template change which leaves the defaults' source
+    alone still makes tuned sets stale), and its parameter schema."""
     schema = {
         "source": inst.sha256,
+        "templates": inst.templates_sha,
         "params": dict(inst.params),
         "tunables": {k: list(v) for k, v in inst.tunables},
         "constraints": list(inst.constraints),

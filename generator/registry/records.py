@@ -131,6 +131,9 @@ class Instance:
     source: str  # path of the .cl file, relative to generated/
     template: str  # the template it was rendered from, relative to templates/
     sha256: str = ""
+    # the sha256 of its template and every template that imports (Renderer.templates_digest):
+    # what a rendering with other parameters (a tuned set) depends on besides the instance
+    templates_sha: str = ""
     tunables: tuple[tuple[str, tuple[int, ...]], ...] = field(default=())
     # params computed from device properties where nothing tuned applies: (param, expression)
     device_params: tuple[tuple[str, str], ...] = ()
