@@ -170,7 +170,13 @@ def test_bad_calls(call, message: str) -> None:
 CONV_DIMS = {"N": 1, "C": 8, "H": 16, "W": 16, "K": 8, "CG": 8, "R": 3, "S": 3}
 
 
+# the attributes of a plain convolution: guards that read them are decided, as in a call
+CONV_ATTRS = {"stride_h": 1, "stride_w": 1, "pad_h": 0, "pad_w": 0, "dil_h": 1, "dil_w": 1}
+
+
 def _chosen(profile, op, dtype="f32", layouts=None, dims=None) -> str | None:
+    if op == "conv2d":
+        dims = {**CONV_ATTRS, "groups": 1, **(dims or {})}
     c = select(REG, profile, op, dtype, layouts or {}, dims or {}).chosen
     return c.instance if c else None
 
@@ -234,3 +240,24 @@ def test_grouped_and_depthwise_match_numpy_in_both_layouts(shape, wshape, option
     nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
     got = ops.conv2d(nhwc, w, bias, layout="NHWC", **options)
     np.testing.assert_allclose(got, want.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("attrs", "layout", "variant"),
+    [
+        ({}, "row", "cpu_pointwise"),  # 1x1, stride 1, no padding, one group, NCHW
+        ({"stride_h": 2}, "row", "cpu_im2col"),
+        ({"pad_h": 1, "pad_w": 1}, "row", "cpu_im2col"),
+        ({"groups": 2, "CG": 4}, "row", "cpu_depthwise"),
+        ({}, "nhwc", "cpu_im2col"),
+    ],
+)
+def test_a_pointwise_conv_is_the_matmul_of_the_image_rows(attrs, layout: str, variant: str) -> None:
+    """cpu_pointwise (y[n] = w x[n] on x's rows in place) takes exactly the 1x1 convolutions
+    that are a plain matmul per image; any other stride, padding, grouping or layout leaves the
+    choice as it was (here, on a profile where nothing is measured: by priority)."""
+    p = find_profile("pocl-cpu")
+    dims = {**CONV_DIMS, "R": 1, "S": 1, **attrs}
+    lay = {"x": layout, "y": layout}
+    got = _chosen(p, "conv2d", layouts=lay, dims=dims)
+    assert got == f"conv2d__{variant}__f32__x_{layout}__y_{layout}"

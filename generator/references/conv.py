@@ -84,6 +84,9 @@ def _conv(n: int, c: int, h: int, w: int, k: int, r: int, s: int, **attrs: int) 
 _CONV_CASES = (
     _conv(2, 3, 5, 7, 4, 1, 1),  # 1x1
     _conv(1, 1, 1, 1, 1, 1, 1),
+    _conv(2, 37, 9, 9, 13, 1, 1),  # 1x1: 81 pixels (a whole panel of 64 and a tail), 13 channels
+    _conv(1, 64, 8, 16, 40, 1, 1),  # 1x1: whole panels of pixels only
+    _conv(3, 1, 3, 3, 1, 1, 1),  # 1x1: one channel in and out, three images
     _conv(1, 5, 13, 11, 7, 3, 3, pad_h=1, pad_w=1),  # 3x3, same size
     _conv(2, 3, 17, 19, 5, 3, 3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
     _conv(1, 2, 11, 13, 3, 3, 3, dil_h=2, dil_w=2, pad_h=2, pad_w=2),
