@@ -25458,8 +25458,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_pointwise__f32__x_row__y_row.cl',
         template='conv2d/cpu_pointwise.cl.j2',
-        sha256='72ce32f22b2e2cdd35cecb78a0c82f00e3bf370506dfeefa0095ad7097677d4c',
-        templates_sha='7f38a5482403a2cb580de0109a5f7d720e689e63e9411e7e231cbf73c35288e1',
+        sha256='1906f5dddd05b1f12c88b537aa2edcaf886f32955feb10469fd8387697b1c82e',
+        templates_sha='2b43c85a5e2604ab7e465162e30bf3ed3afcb8f676f339375e28fcc65bd73f70',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
         device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
         constraints=(

@@ -6,7 +6,6 @@ typedef float8 ACC8_;
 
 /* a vector of VW elements at an address aligned only to its element (rows of x and y) */
 typedef float VU_ __attribute__((ext_vector_type(16), aligned(sizeof(float))));
-#define KB_ ((K + 5) / 6)
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void conv2d__cpu_pointwise__f32__x_row__y_row__pack_w(
