@@ -4,6 +4,8 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+/* a vector of VW elements at an address aligned only to its element (rows of b) */
+typedef float VU_ __attribute__((ext_vector_type(8), aligned(sizeof(float))));
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void matmul__cpu_blocked__f32__a_col__b_row(
     __global const float* restrict a,
@@ -27,22 +29,22 @@ __kernel void matmul__cpu_blocked__f32__a_col__b_row(
     __global const T_* a_ = a + ao_;
     __global const T_* b_ = b + bo_;
     if (i0_ + 6 <= M && j0_ + 16 <= N) {
-        ACC8_ c0_0_ = 0;
-        ACC8_ c0_1_ = 0;
-        ACC8_ c1_0_ = 0;
-        ACC8_ c1_1_ = 0;
-        ACC8_ c2_0_ = 0;
-        ACC8_ c2_1_ = 0;
-        ACC8_ c3_0_ = 0;
-        ACC8_ c3_1_ = 0;
-        ACC8_ c4_0_ = 0;
-        ACC8_ c4_1_ = 0;
-        ACC8_ c5_0_ = 0;
-        ACC8_ c5_1_ = 0;
+        float8 c0_0_ = 0;
+        float8 c0_1_ = 0;
+        float8 c1_0_ = 0;
+        float8 c1_1_ = 0;
+        float8 c2_0_ = 0;
+        float8 c2_1_ = 0;
+        float8 c3_0_ = 0;
+        float8 c3_1_ = 0;
+        float8 c4_0_ = 0;
+        float8 c4_1_ = 0;
+        float8 c5_0_ = 0;
+        float8 c5_1_ = 0;
         for (int k_ = 0; k_ < K; ++k_) {
             __global const T_* brow_ = b_ + (size_t)k_ * N + j0_;
-            const ACC8_ b0_ = (ACC8_)(brow_[0], brow_[1], brow_[2], brow_[3], brow_[4], brow_[5], brow_[6], brow_[7]);
-            const ACC8_ b1_ = (ACC8_)(brow_[8], brow_[9], brow_[10], brow_[11], brow_[12], brow_[13], brow_[14], brow_[15]);
+            const float8 b0_ = *(__global const VU_*)(brow_ + 0);
+            const float8 b1_ = *(__global const VU_*)(brow_ + 8);
             const ACC_ a0_ = a_[((k_) * M + (i0_ + 0))];
             c0_0_ += a0_ * b0_;
             c0_1_ += a0_ * b1_;
