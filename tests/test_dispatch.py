@@ -146,6 +146,42 @@ def test_explain_cli_text_and_json(capsys: pytest.CaptureFixture[str], tmp_path:
     assert "has no dim 'Q'" in capsys.readouterr().err
 
 
+def test_explain_shapes_and_attrs_bind_like_a_call(capsys: pytest.CaptureFixture[str]) -> None:
+    """--shapes binds every dim (derived ones included), so explain names the instance and
+    the tuned bucket that a call of those shapes gets on this device; --dims alone that leave
+    a dim unset say so."""
+    a, b = np.ones((1, 256, 200), np.float32), np.ones((1, 200, 96), np.float32)
+    d = dispatcher()
+    called = d.plan_for(d.registry.op("matmul"), {"a": a, "b": b}, {}).inst.name
+    assert main(["explain", "matmul", "--shapes", "a=1x256x200,b=1x200x96", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["chosen"] == called
+    assert {k: data["dims"][k] for k in ("BA", "BB", "BATCH", "M", "N", "K")} == {
+        "BA": 1,
+        "BB": 1,
+        "BATCH": 1,
+        "M": 256,
+        "N": 96,
+        "K": 200,
+    }
+    assert main(["explain", "matmul", "--dims", "M=256,N=96"]) == 0
+    assert "dims BATCH, K, BA, BB unset" in capsys.readouterr().out
+    conv = ["explain", "conv2d", "--shapes", "x=1x8x15x15,w=4x8x3x3", "--json"]
+    assert main([*conv, "--attrs", "stride_h=2,stride_w=2,pad_h=1,pad_w=1"]) == 0
+    dims = json.loads(capsys.readouterr().out)["dims"]
+    assert (dims["OH"], dims["OW"]) == (8, 8)
+    for bad, message in [
+        (["--attrs", "stride=2"], "has no attribute 'stride' (attributes: stride_h"),
+        (["--attrs", "stride_h=two"], "stride_h='two' is not an int"),
+        (["--shapes", "x=1x8x"], "is not sizes joined by x"),
+        (["--shapes", "q=1"], "has no input 'q'"),
+        (["--dims", "H=16"], "--dims: H=16, but --shapes makes it 15"),
+        (["--shapes", "x=1x8x15x15,w=4x7x3x3"], "C == CG * groups is false for C=8, CG=7"),
+    ]:
+        assert main([*conv, *bad]) in (1, 2), bad
+        assert message in capsys.readouterr().err, bad
+
+
 # --- eager calls ---------------------------------------------------------------------------
 
 rng = np.random.default_rng(7)

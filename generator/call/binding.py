@@ -122,26 +122,38 @@ def bind_dims(
                 )
             dims[dim], source[dim] = size, here
             soft.discard(dim)
-    if attrs is not None:
-        env = {**dims, **int_attrs(op, attrs)}
-        for dim, text in op.derived:
-            value = _expr(text, "int").evaluate(env)
-            if value < 0:
-                shown = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
-                raise CallError(
-                    f"{op.name}: {dim} = {text} is {value} for {shown}; the sizes "
-                    "and attributes leave no output"
-                )
-            if value > INT32_MAX:
-                raise CallError(
-                    f"{op.name}: {dim} = {text} is {value}, beyond the 32-bit index range"
-                )
-            dims[dim] = env[dim] = value
-        for text, message in op.checks:
-            if not _expr(text, "bool").holds(env):
-                shown = ", ".join(f"{k}={env[k]}" for k in sorted(_expr(text, "bool").names))
-                raise CallError(f"{op.name}: {message} ({text} is false for {shown})")
-    return dims
+    return dims if attrs is None else derive_dims(op, dims, attrs)
+
+
+def derive_dims(
+    op: OpSig, dims: Mapping[str, int], attrs: Mapping[str, float | int], *, partial: bool = False
+) -> dict[str, int]:
+    """`dims` with the op's derived dims (from dims and int attributes), then the op's checks.
+    `partial` (what `clforge explain` asks for) skips a derived dim or a check that names a dim
+    or attribute not given, instead of failing on it."""
+    env = {**dims, **int_attrs(op, attrs)}
+    out = dict(dims)
+    for dim, text in op.derived:
+        if partial and not _expr(text, "int").names <= env.keys():
+            continue
+        value = _expr(text, "int").evaluate(env)
+        if value < 0:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
+            raise CallError(
+                f"{op.name}: {dim} = {text} is {value} for {shown}; the sizes "
+                "and attributes leave no output"
+            )
+        if value > INT32_MAX:
+            raise CallError(f"{op.name}: {dim} = {text} is {value}, beyond the 32-bit index range")
+        out[dim] = env[dim] = value
+    for text, message in op.checks:
+        names = _expr(text, "bool").names
+        if partial and not names <= env.keys():
+            continue
+        if not _expr(text, "bool").holds(env):
+            shown = ", ".join(f"{k}={env[k]}" for k in sorted(names))
+            raise CallError(f"{op.name}: {message} ({text} is false for {shown})")
+    return out
 
 
 def array_dtype(op: OpSig, name: str, arr: Any) -> DType:

@@ -13,6 +13,7 @@ from generator.errors import ClforgeError, SpecError, StaleError, UsageError
 
 if TYPE_CHECKING:
     from generator.registry.loader import Registry
+    from generator.registry.records import OpSig
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -217,7 +218,47 @@ def _pairs(text: str | None, what: str) -> dict[str, str]:
     return out
 
 
+def _explain_sizes(
+    op: OpSig, dims: dict[str, int], args: argparse.Namespace
+) -> tuple[dict[str, int], dict[str, float | int]]:
+    """explain's dims and attributes: --dims, the dims that --shapes binds (as a call binds
+    its inputs' shapes), and the derived dims that these and --attrs (over the spec's
+    defaults) determine."""
+    from generator.call.binding import bind_dims, derive_dims
+
+    given: dict[str, float | int] = {}
+    names = {a.name: a for a in op.attrs}
+    for name, value in _pairs(args.attrs, "attrs").items():
+        if name not in names:
+            raise UsageError(
+                f"--attrs: {op.name} has no attribute {name!r} "
+                f"(attributes: {', '.join(names) or 'none'})"
+            )
+        try:
+            given[name] = int(value) if names[name].type == "int" else float(value)
+        except ValueError:
+            kind = "an int" if names[name].type == "int" else "a number"
+            raise UsageError(f"--attrs: {name}={value!r} is not {kind}") from None
+    attrs = {a.name: a.default for a in op.attrs if a.default is not None} | given
+    shapes: dict[str, tuple[int, ...]] = {}
+    inputs = {t.name: t for t in op.inputs}
+    for name, text in _pairs(args.shapes, "shapes").items():
+        if name not in inputs:
+            raise UsageError(
+                f"--shapes: {op.name} has no input {name!r} (inputs: {', '.join(inputs)})"
+            )
+        sizes = text.lower().split("x")
+        if not all(n.isdigit() for n in sizes):
+            raise UsageError(f"--shapes: {name}={text!r} is not sizes joined by x, e.g. 1x256x64")
+        shapes[name] = tuple(int(n) for n in sizes)
+    for dim, size in bind_dims(op, shapes).items():
+        if dims.setdefault(dim, size) != size:
+            raise UsageError(f"--dims: {dim}={dims[dim]}, but --shapes makes it {size}")
+    return derive_dims(op, dims, attrs, partial=True), attrs
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
+    from generator.call.binding import int_attrs
     from generator.call.selection import select
     from generator.device.profile_files import find_profile
 
@@ -242,6 +283,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if not value.isdigit():
             raise UsageError(f"--dims: {name}={value!r} is not a non-negative integer")
         dims[name] = int(value)
+    dims, attrs = _explain_sizes(op, dims, args)
+    env = {**dims, **int_attrs(op, attrs)}
     dtype = args.dtype or op.dtypes[0]
     if dtype not in op.dtypes:
         raise UsageError(f"--dtype: {args.op} supports {', '.join(op.dtypes)}, not {dtype!r}")
@@ -251,7 +294,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     profile = find_profile(args.device)
     lookup = ParamLookup.from_env(profile, load_folders(reg.tuning_folders()))
-    sel = measured(select(reg, profile, args.op, dtype, layouts, dims), reg, lookup, dims)
+    sel = measured(select(reg, profile, args.op, dtype, layouts, env), reg, lookup, env)
     choice = None
     if sel.chosen and sel.chosen.instance:
         choice = lookup.choose(reg.instance(sel.chosen.instance), dims)
@@ -276,6 +319,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
                     f"writes {', '.join(step.writes)}, global size {list(step.launch.global_size)}",
                 )
             lines.insert(-1, f"  params of the chosen instance: {choice.describe()}")
+        unset = [d for d in op.dims if d not in dims]
+        if dims and unset:
+            lines.insert(
+                -1,
+                f"  dims {', '.join(unset)} unset: guards on them stay open, and tuned times and "
+                "shape buckets need every dim (pass them, or --shapes)",
+            )
         print("\n".join(lines))
     return 0 if sel.chosen else 1
 
@@ -386,6 +436,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--dtype", help="the call's dtype (default: the op's first)")
     ex.add_argument("--layout", help="tensor layouts, e.g. a=row,b=col (default: row)")
     ex.add_argument("--dims", help="sizes, e.g. M=1000,N=512,K=64 (unset dims stay symbolic)")
+    ex.add_argument(
+        "--shapes",
+        help="input shapes as the spec declares them, e.g. a=1x256x256,b=1x256x256 "
+        "(binds their dims as a call would)",
+    )
+    ex.add_argument("--attrs", help="attribute values, e.g. stride=2,pad=1 (default: the spec's)")
     _device_option(ex)
     ex.add_argument("--json", action="store_true", help="machine-readable output")
     ex.set_defaults(func=cmd_explain)
