@@ -183,6 +183,12 @@ RULES: tuple[Rule, ...] = (
         "tunables",
     ),
     Rule(
+        "dead-tunable",
+        _W,
+        "a tunable value in no combination that satisfies the constraints: never tried",
+        "tunables",
+    ),
+    Rule(
         "accuracy",
         _E,
         "an accuracy bound names a variant, dtype or attribute the op lacks, an empty range, or "

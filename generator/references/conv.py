@@ -94,6 +94,7 @@ _CONV_CASES = (
     _conv(2, 5, 7, 9, 5, 3, 3, groups=5, pad_h=1, pad_w=1),  # depthwise
     _conv(1, 3, 8, 23, 6, 3, 3, groups=3, stride_w=3),  # depthwise, channel multiplier 2
     _conv(1, 3, 6, 37, 3, 3, 3, groups=3, pad_h=1, pad_w=1),  # depthwise, rows of 37
+    _conv(1, 2, 9, 19, 8, 3, 3, groups=2, pad_h=1, pad_w=1),  # depthwise, channel multiplier 4
     _conv(2, 4, 5, 41, 8, 3, 3, groups=4, stride_h=2, stride_w=2, pad_h=1, pad_w=1),  # x2, /2
     _conv(1, 6, 7, 29, 9, 3, 3, groups=3, pad_h=1, pad_w=1),  # groups of 2 -> 3 channels
     _conv(1, 34, 9, 11, 38, 3, 3, groups=2, pad_h=1, pad_w=1),  # groups of 17 -> 19 channels

@@ -4,6 +4,7 @@ options, extensions, guards and launch expressions, params, tunables and constra
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from generator.core.diagnostics import Collector, KeyPath, dotted
 from generator.core.identifiers import identifier_problem
 from generator.core.targets import parse_target
 from generator.core.tree import DEFAULT, SHARED_TEMPLATES, Tree
-from generator.errors import GuardError
+from generator.errors import GuardError, Severity
 from generator.spec.model import DEVICE_PROPERTIES, OpSpec, VariantSpec
 
 # build options a spec may give: they reach clBuildProgram, so only known, harmless ones
@@ -199,7 +200,6 @@ def _check_constraints(col: Collector, v: VariantSpec, key: KeyPath) -> None:
         return
     defaults = dict(v.params)
     shown = ", ".join(f"{p}={n}" for p, n in defaults.items())
-    broken = False
     for j, expr in enumerate(checked):
         try:
             holds = expr.holds(defaults)
@@ -210,7 +210,6 @@ def _check_constraints(col: Collector, v: VariantSpec, key: KeyPath) -> None:
                 f"variant {v.name}: constraint {expr.text!r} cannot be evaluated for the default "
                 f"params ({shown}): {exc.message}",
             )
-            broken = True
             continue
         if not holds:
             col.add(
@@ -219,30 +218,42 @@ def _check_constraints(col: Collector, v: VariantSpec, key: KeyPath) -> None:
                 f"variant {v.name}: the default params ({shown}) break constraint {expr.text!r}; "
                 "change params: or the constraint",
             )
-            broken = True
-    defaults_tunable = all(defaults.get(p) in vals for p, vals in v.tunables.items())
-    if not v.tunables or (not broken and defaults_tunable):
-        return  # the defaults are one tunable combination, and they satisfy every constraint
+    if not v.tunables:
+        return
     axes = [v.tunables.get(p) or (n,) for p, n in defaults.items()]
+    if math.prod(len(a) for a in axes) > MAX_COMBINATIONS:
+        return  # too many to search; the default-params check above still stands
+    used: set[tuple[str, int]] = set()
     tried = 0
     for combo in itertools.product(*axes):
         tried += 1
-        if tried > MAX_COMBINATIONS:
-            return  # too many to search; the default-params check above still stands
         env = dict(zip(defaults, combo, strict=True))
         try:
             if all(e.holds(env) for e in checked):
-                return
+                used |= set(env.items())
         except GuardError:
             continue
-    col.add(
-        (*key, "constraints"),
-        "constraint",
-        f"variant {v.name}: none of the {tried} combinations of params and tunables satisfies "
-        "all of the constraints, so the tuner has nothing to try; relax the constraints or "
-        "change the values",
-        at_key=True,
-    )
+    if not used:
+        col.add(
+            (*key, "constraints"),
+            "constraint",
+            f"variant {v.name}: none of the {tried} combinations of params and tunables "
+            "satisfies all of the constraints, so the tuner has nothing to try; relax the "
+            "constraints or change the values",
+            at_key=True,
+        )
+        return
+    for p, vals in v.tunables.items():
+        for j, value in enumerate(vals):
+            if (p, value) not in used:
+                col.add(
+                    (*key, "tunables", p, j),
+                    "dead-tunable",
+                    f"variant {v.name}: tunable {p}={value} is in no combination that "
+                    "satisfies the constraints, so the tuner never tries it; drop the value or "
+                    "relax the constraints",
+                    severity=Severity.WARNING,
+                )
 
 
 _TEMPLATE_PATH = re.compile(r"[A-Za-z0-9_.+\-]+(/[A-Za-z0-9_.+\-]+)*\Z")
