@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import pytest
 
-from generator.params.space import Params, ParamSpace
+from generator.params.space import ParamSpace
 from generator.registry import loader as registry_mod
 from generator.registry.records import Instance
 from generator.tune.verify import verify
@@ -34,26 +34,9 @@ def _families() -> dict[str, list[Instance]]:
 FAMILIES = _families()
 
 
-def cover(inst: Instance) -> tuple[list[Params], set[tuple[str, int]]]:
-    """Valid points of `inst`'s space (defaults excluded: the instance tests run those) that
-    together use every (tunable, value) pair that the defaults do not; and the pairs that no
-    valid point uses (the linter's dead-tunable warning)."""
-    space = ParamSpace(inst)
-    points = [p for p in space.candidates() if p != space.defaults]
-    wanted = {(n, v) for n, vals in inst.tunables for v in vals} - set(space.defaults)
-    chosen: list[Params] = []
-    while wanted and points:
-        best = max(points, key=lambda p: len(wanted & set(p)))
-        if not wanted & set(best):
-            break
-        chosen.append(best)
-        wanted -= set(best)
-    return chosen, wanted
-
-
 def test_cover_uses_every_value() -> None:
     inst = REG.instance("matmul__cpu_blocked__f32__a_row__b_row")
-    points, left = cover(inst)
+    points, left = ParamSpace(inst).cover()
     assert not left
     used = {pair for p in points for pair in p}
     for name, values in inst.tunables:
@@ -71,7 +54,7 @@ def test_every_tunable_value_matches_numpy(runtime, family: str) -> None:
     ]
     if not instances:
         pytest.skip(f"the device lacks {', '.join(FAMILIES[family][0].requires.extensions)}")
-    points, left = cover(instances[0])
+    points, left = ParamSpace(instances[0]).cover()
     assert not left, f"{family}: no valid point uses {sorted(left)}"
     failures = []
     for k, params in enumerate(points):

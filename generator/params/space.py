@@ -93,6 +93,25 @@ class ParamSpace:
             if params != self.defaults and self.problem(params, profile) is None:
                 yield params
 
+    def cover(
+        self, profile: DeviceProfile | None = None
+    ) -> tuple[list[Params], set[tuple[str, int]]]:
+        """A few valid points (defaults excluded) that together use every (tunable, value) pair
+        the defaults do not, picked greedily (the point that uses the most pairs not yet used,
+        first in `candidates` order on a tie: deterministic); and the pairs that no valid point
+        uses (the linter's dead-tunable warning). Building and verifying these checks every
+        value's code at a fraction of the whole space's cost."""
+        points = [p for p in self.candidates(profile) if p != self.defaults]
+        wanted = {(n, v) for n, vals in self.instance.tunables for v in vals} - set(self.defaults)
+        chosen: list[Params] = []
+        while wanted:
+            best = max(points, key=lambda p: len(wanted & set(p)), default=None)
+            if best is None or not wanted & set(best):
+                break
+            chosen.append(best)
+            wanted -= set(best)
+        return chosen, wanted
+
 
 def _names(inst: Instance) -> set[str]:
     out: set[str] = set()

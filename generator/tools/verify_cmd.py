@@ -1,6 +1,7 @@
-"""`clforge verify [OP ...]`: build every instance of the tree's registry on the present device
-and check it against its NumPy reference (the op's cases: 1, primes, sizes no tile divides,
-empty tensors; canary-padded buffers), as the test suite does, for a user's CI."""
+"""`clforge verify [OP ...] [--tunables]`: build every instance of the tree's registry on the
+present device and check it against its NumPy reference (the op's cases: 1, primes, sizes no
+tile divides, empty tensors; canary-padded buffers), as the test suite does, for a user's CI;
+with --tunables, also a cover of each instance's parameter space (every tunable value)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import sys
 
 from generator.core.tree import Tree
-from generator.errors import ReferenceLookupError, UsageError
+from generator.errors import BuildError, ReferenceLookupError, UsageError
 
 
 def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignore[type-arg]
@@ -21,14 +22,22 @@ def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignor
         "naming it. Exit status 1 when any instance fails.",
     )
     v.add_argument("ops", nargs="*", help="ops to verify (default: every op)")
+    v.add_argument(
+        "--tunables",
+        action="store_true",
+        help="also every value of every tunable: a few points of each instance's parameter "
+        "space that together use them all (a cover), besides the spec defaults",
+    )
     v.set_defaults(func=lambda args: cmd_verify(args, tree_of(args)))
 
 
 def cmd_verify(args: argparse.Namespace, tree: Tree) -> int:
     from generator import references
+    from generator.device.query import from_device
+    from generator.params.space import ParamSpace
     from generator.registry import loader as registry_mod
     from generator.runtime.launch import Runtime
-    from generator.tune.verify import verify
+    from generator.tune.verify import Verdict, verify
 
     reg = registry_mod.for_tree(tree)
     ops = args.ops or sorted(reg.ops)
@@ -36,6 +45,7 @@ def cmd_verify(args: argparse.Namespace, tree: Tree) -> int:
     if unknown:
         raise UsageError(f"unknown op {', '.join(unknown)} (ops: {', '.join(sorted(reg.ops))})")
     rt = Runtime(reg=reg)
+    profile = from_device(rt.device)
     exts = set(rt.device.extensions.split())
     passed = failed = skipped = 0
     for inst in sorted(reg.instances.values(), key=lambda i: i.name):
@@ -52,12 +62,28 @@ def cmd_verify(args: argparse.Namespace, tree: Tree) -> int:
             print(f"{inst.name}: skipped (the device lacks {', '.join(missing)})")
             skipped += 1
             continue
-        verdict = verify(rt, inst)
-        print(verdict)
-        if verdict.ok:
-            passed += 1
-        else:
-            failed += 1
+        space = ParamSpace(inst)
+        points = [space.defaults]
+        if args.tunables:
+            cover, unused = space.cover(profile)
+            points += cover
+            for name, value in sorted(unused):
+                print(f"{inst.name} [{name}={value}]: no valid parameter set uses it; not built")
+        for params in points:
+            try:
+                verdict = verify(rt, inst, params)
+            except BuildError as exc:
+                lines = exc.log.strip().splitlines() or ["(no compiler log)"]
+                first = next((line for line in lines if "error" in line), lines[0])
+                print(Verdict(inst.name, params, 0, f"does not build: {first.strip()}"))
+                print("\n".join("    " + line for line in lines))
+                failed += 1
+                continue
+            print(verdict)
+            if verdict.ok:
+                passed += 1
+            else:
+                failed += 1
     print(
         f"{passed} passed, {failed} failed, {skipped} skipped on {rt.device.name}", file=sys.stderr
     )
