@@ -130,9 +130,11 @@ def test_every_command_honours_clforge_path() -> None:
     assert trees["cpu_wide"] == "swiglu" and trees["cpu"] == "clforge"
     table = clforge("explain", "relu", "--dims", "N=1000", **env).stdout
     assert " tree " in table and "guard 'N >= 1048576' is false" in table
-    verified = clforge("verify", "swiglu", "relu", **env)
+    verified = clforge("verify", "swiglu", "relu", "--tunables", **env)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert "relu__cpu_wide__f32 [CHUNK=16384]: 3 cases match NumPy" in verified.stdout
+    for chunk in (1024, 16384):  # the extension's own tunable values, besides its default
+        assert f"swiglu__cpu__f32 [CHUNK={chunk}]: " in verified.stdout
     assert "swiglu__cpu__f32" in verified.stdout and "FAILED" not in verified.stdout
     assert clforge("lint", "--all", **env).returncode == 0
     checked = clforge("generate", "--check", "--all", **env)
