@@ -47,6 +47,7 @@ from generator.spec.load import (
     read_spec,
     spec_files,
 )
+from generator.spec.variant_checks import dead_tunable_values
 
 MODELINE = "# yaml-language-server: $schema=schema.json"
 FAMILY_MODELINE = "# yaml-language-server: $schema=../schema.json"  # in specs/families/
@@ -173,7 +174,7 @@ def _check_file(
         spec, found = check_text(text, rel, tree, families.of(f.parent))
         if spec is not None:
             loaded.append(spec)
-            found = found + reference_problems(spec, tree)
+            found = found + reference_problems(spec, tree) + tunable_problems(spec)
         else:  # the variants without findings still get their templates rendered
             part = clean_variants(text, rel, found)
             if part is not None:
@@ -198,6 +199,22 @@ def reference_problems(loaded: LoadedSpec, tree: Tree) -> list[Diagnostic]:
     if problem is None:
         return []
     return [loaded.diagnostic(("reference",), "reference", problem)]
+
+
+def tunable_problems(loaded: LoadedSpec) -> list[Diagnostic]:
+    """A warning at each tunable value that no combination meeting the variant's constraints
+    uses: the tuner would never try it."""
+    return [
+        loaded.diagnostic(
+            ("variants", i, "tunables", param, j),
+            "dead-tunable",
+            f"variant {v.name}: tunable {param}={value} is in no combination that satisfies "
+            "the constraints, so the tuner never tries it; drop the value or relax the "
+            "constraints",
+        )
+        for i, v in enumerate(loaded.spec.variants)
+        for param, j, value in dead_tunable_values(v)
+    ]
 
 
 def render_problems(loaded: LoadedSpec, renderer: Renderer) -> list[Diagnostic]:

@@ -14,7 +14,7 @@ from generator.core.diagnostics import Collector, KeyPath, dotted
 from generator.core.identifiers import identifier_problem
 from generator.core.targets import parse_target
 from generator.core.tree import DEFAULT, SHARED_TEMPLATES, Tree
-from generator.errors import GuardError, Severity
+from generator.errors import GuardError
 from generator.spec.model import DEVICE_PROPERTIES, OpSpec, VariantSpec
 
 # build options a spec may give: they reach clBuildProgram, so only known, harmless ones
@@ -200,6 +200,7 @@ def _check_constraints(col: Collector, v: VariantSpec, key: KeyPath) -> None:
         return
     defaults = dict(v.params)
     shown = ", ".join(f"{p}={n}" for p, n in defaults.items())
+    broken = False
     for j, expr in enumerate(checked):
         try:
             holds = expr.holds(defaults)
@@ -210,6 +211,7 @@ def _check_constraints(col: Collector, v: VariantSpec, key: KeyPath) -> None:
                 f"variant {v.name}: constraint {expr.text!r} cannot be evaluated for the default "
                 f"params ({shown}): {exc.message}",
             )
+            broken = True
             continue
         if not holds:
             col.add(
@@ -218,42 +220,61 @@ def _check_constraints(col: Collector, v: VariantSpec, key: KeyPath) -> None:
                 f"variant {v.name}: the default params ({shown}) break constraint {expr.text!r}; "
                 "change params: or the constraint",
             )
-    if not v.tunables:
-        return
-    axes = [v.tunables.get(p) or (n,) for p, n in defaults.items()]
-    if math.prod(len(a) for a in axes) > MAX_COMBINATIONS:
-        return  # too many to search; the default-params check above still stands
-    used: set[tuple[str, int]] = set()
-    tried = 0
-    for combo in itertools.product(*axes):
-        tried += 1
+            broken = True
+    defaults_tunable = all(defaults.get(p) in vals for p, vals in v.tunables.items())
+    if not v.tunables or (not broken and defaults_tunable):
+        return  # the defaults are one tunable combination, and they satisfy every constraint
+    tried = _combinations(v)
+    if tried > MAX_COMBINATIONS or next(satisfying(v, checked), None) is not None:
+        return  # too many to search (the default-params check above still stands), or one holds
+    col.add(
+        (*key, "constraints"),
+        "constraint",
+        f"variant {v.name}: none of the {tried} combinations of params and tunables satisfies "
+        "all of the constraints, so the tuner has nothing to try; relax the constraints or "
+        "change the values",
+        at_key=True,
+    )
+
+
+def _combinations(v: VariantSpec) -> int:
+    return math.prod(len(v.tunables.get(p) or (n,)) for p, n in v.params.items())
+
+
+def satisfying(v: VariantSpec, checked: list[expressions.Expr]) -> Iterator[dict[str, int]]:
+    """Every combination of `v`'s params and tunable values that meets all of `checked` (its
+    parsed constraints), in product order; one that cannot be evaluated does not."""
+    defaults = dict(v.params)
+    for combo in itertools.product(*(v.tunables.get(p) or (n,) for p, n in defaults.items())):
         env = dict(zip(defaults, combo, strict=True))
         try:
             if all(e.holds(env) for e in checked):
-                used |= set(env.items())
+                yield env
         except GuardError:
             continue
+
+
+def dead_tunable_values(v: VariantSpec) -> list[tuple[str, int, int]]:
+    """(param, index, value) of each tunable value that no combination meeting the constraints
+    uses, so that the tuner never tries it; none when the space is too large to search, when a
+    constraint does not parse (other checks say so), or when no combination meets them all."""
+    if not v.tunables or not v.constraints or _combinations(v) > MAX_COMBINATIONS:
+        return []
+    try:
+        checked = [expressions.parse(c, "bool") for c in v.constraints]
+    except GuardError:
+        return []
+    used: set[tuple[str, int]] = set()
+    for env in satisfying(v, checked):
+        used |= set(env.items())
     if not used:
-        col.add(
-            (*key, "constraints"),
-            "constraint",
-            f"variant {v.name}: none of the {tried} combinations of params and tunables "
-            "satisfies all of the constraints, so the tuner has nothing to try; relax the "
-            "constraints or change the values",
-            at_key=True,
-        )
-        return
-    for p, vals in v.tunables.items():
-        for j, value in enumerate(vals):
-            if (p, value) not in used:
-                col.add(
-                    (*key, "tunables", p, j),
-                    "dead-tunable",
-                    f"variant {v.name}: tunable {p}={value} is in no combination that "
-                    "satisfies the constraints, so the tuner never tries it; drop the value or "
-                    "relax the constraints",
-                    severity=Severity.WARNING,
-                )
+        return []
+    return [
+        (p, j, value)
+        for p, values in v.tunables.items()
+        for j, value in enumerate(values)
+        if (p, value) not in used
+    ]
 
 
 _TEMPLATE_PATH = re.compile(r"[A-Za-z0-9_.+\-]+(/[A-Za-z0-9_.+\-]+)*\Z")
