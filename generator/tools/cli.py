@@ -441,7 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="input shapes as the spec declares them, e.g. a=1x256x256,b=1x256x256 "
         "(binds their dims as a call would)",
     )
-    ex.add_argument("--attrs", help="attribute values, e.g. stride=2,pad=1 (default: the spec's)")
+    ex.add_argument(
+        "--attrs", help="attribute values, e.g. stride_h=2,pad_h=1 (default: the spec's)"
+    )
     _device_option(ex)
     ex.add_argument("--json", action="store_true", help="machine-readable output")
     ex.set_defaults(func=cmd_explain)
