@@ -135,13 +135,30 @@ def test_every_level_of_the_fallback_chain() -> None:
     assert origin((*files, exact)) == (65536, "tuned on this device")
     assert origin(files) == (1024, "tuned on the same architecture")
     assert origin(files[:2]) == (16384, "tuned on another device of this vendor and type")
-    assert origin(files[:1]) == (4096, "spec default; nothing tuned applies")
+    computed = "computed from the device's properties; nothing tuned applies"
+    assert origin(files[:1]) == (4096, computed)  # relu's VW: the device's vector width
+    summing = REG.instance("sum__cpu__f32")  # no device_params: the spec's own defaults
+    c = ParamLookup(CPU, files[:1]).choose(summing, {"B": 9})
+    assert (c.params, c.origin) == (
+        ParamSpace(summing).defaults,
+        "spec default; nothing tuned applies",
+    )
     # a variant with device_params: computed from the device where nothing tuned applies
     packed = REG.instance("matmul__cpu_packed__f32__a_row__b_row")
     avx2 = dataclasses.replace(CPU, preferred_vector_widths=(("float", 8), ("double", 4)))
     c = ParamLookup(avx2, ()).choose(packed, {"M": 99})
     assert (dict(c.params)["VW"], dict(c.params)["NR"]) == (8, 32)
     assert c.origin.startswith("computed from the device's properties")
+    # the direct matmul's block from the vector width: 8 x 2 vectors of 16 on AVX-512 (f64:
+    # 8 x 2 of 8), 4 x 2 of 8 on AVX2 (16 registers)
+    for name, profile, block in [
+        ("matmul__cpu_blocked__f32__a_row__b_row", CPU, (8, 32, 16)),
+        ("matmul__cpu_blocked__f64__a_row__b_row", CPU, (8, 16, 8)),
+        ("matmul__cpu_blocked__f32__a_row__b_row", avx2, (4, 16, 8)),
+        ("gemm__cpu_blocked__f64__a_row__b_row", avx2, (4, 16, 8)),
+    ]:
+        got = dict(ParamLookup(profile, ()).choose(REG.instance(name), {"M": 99}).params)
+        assert (got["TM"], got["TN"], got["VW"]) == block, name
     odd = dataclasses.replace(CPU, preferred_vector_widths=(("float", 3),))
     c = ParamLookup(odd, ()).choose(packed, {"M": 99})
     assert c.params == ParamSpace(packed).defaults and "but constraint" in c.origin
@@ -154,7 +171,7 @@ def test_every_level_of_the_fallback_chain() -> None:
         [dataclasses.replace(_entry(inst.name, CATCH_ALL, 1024), sha="0" * 16)]
     )
     lookup = ParamLookup(CPU, (stale,))
-    assert lookup.choose(inst, dims).origin.startswith("spec default")
+    assert lookup.choose(inst, dims).origin == computed
     assert lookup.stale == {(Fingerprint.of(CPU).slug, inst.name)}
 
 
@@ -310,8 +327,8 @@ def test_a_wrong_candidate_is_never_chosen_and_the_kernel_change_makes_entries_s
     reg2 = registry_mod.load(planted)
     assert {e.instance for _, e, _ in stale_entries(reg2, (f,))} == {"relu__cpu__f32"}
     lookup = ParamLookup(profile, (f,))
-    assert lookup.choose(reg2.instance("relu__cpu__f32"), {"N": 100_003}).origin.startswith(
-        "spec default"
+    assert lookup.choose(reg2.instance("relu__cpu__f32"), {"N": 100_003}).origin == (
+        "computed from the device's properties; nothing tuned applies"
     )
 
 
