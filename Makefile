@@ -16,11 +16,12 @@ $(INSTALLED): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
-# An OpenCL device that can build kernels. PoCL 3.0 from PyPI cannot build for CPUs newer than
-# its LLVM 14 (Zen 4/5, ...); there, fall back to Debian's PoCL 3.1 when apt-get is available.
+# An OpenCL device that can build kernels for the whole CPU. PoCL 3.0 from PyPI cannot build for
+# CPUs newer than its LLVM 14 (Zen 5, ...), or builds AVX2 code for them (Zen 4); there, fall
+# back to Debian's PoCL 3.1 when apt-get is available (and keep PyPI's when it is not).
 $(OPENCL): $(INSTALLED)
-	@$(BIN)/clforge devices --check || { \
-	  echo "clforge: no OpenCL device builds kernels; installing Debian's PoCL (pocl-opencl-icd)"; \
+	@$(BIN)/clforge devices --check-full || { \
+	  echo "clforge: no OpenCL device builds kernels for this CPU; installing Debian's PoCL (pocl-opencl-icd)"; \
 	  command -v apt-get >/dev/null && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pocl-opencl-icd >/dev/null) ; \
 	  $(BIN)/clforge devices --check; }
 	touch $@

@@ -70,6 +70,18 @@ def test_memory_cache_is_per_context(runtime, tmp_path: Path) -> None:
     assert cache.stats.memory_hits == 1 and cache.stats.disk_hits == 1
 
 
+def test_a_build_that_succeeds_with_no_kernel_is_a_build_error(runtime, tmp_path: Path) -> None:
+    # PoCL 3.0 compiling for an older CPU than the host returned such programs for some kernels
+    # (and reading their binary crashed the process); a source with no kernel gives the same
+    # program on every driver
+    from generator.errors import BuildError
+
+    cache = ProgramCache(tmp_path)
+    with pytest.raises(BuildError, match="holds no kernel"):
+        cache.program(runtime.context, runtime.device, "empty", "void helper(void) {}")
+    assert not list(tmp_path.glob("*.bin"))
+
+
 def test_the_suite_never_writes_the_users_cache() -> None:
     from generator.call.dispatcher import dispatcher
 

@@ -27,7 +27,7 @@ from generator.core import expressions
 from generator.core.dtypes import DTYPES
 from generator.core.layouts import element_strides, layout_strides
 from generator.device.discovery import default_device
-from generator.errors import CallError, TemplateError
+from generator.errors import BuildError, CallError, TemplateError
 from generator.params.space import Params, as_params
 from generator.registry import loader as registry_mod
 from generator.registry.loader import Registry
@@ -184,7 +184,14 @@ class Runtime:
         with self.lock:
             k = self._kernels.get(key)
             if k is None:
-                k = getattr(self.build(inst, params), step.kernel)
+                prog = self.build(inst, params)
+                try:
+                    k = getattr(prog, step.kernel)
+                except AttributeError:
+                    names = prog.get_info(cl.program_info.KERNEL_NAMES) or "none"
+                    raise BuildError(
+                        inst.name, f"its program holds no kernel {step.kernel!r} (it has: {names})"
+                    ) from None
                 # declared scalar types let pyopencl bind arguments without probing each one
                 # (15 arguments: 63 us -> 1.2 us per set_args)
                 k.set_scalar_arg_dtypes(

@@ -122,7 +122,10 @@ class ProgramCache:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    return cl.Program(ctx, [device], [binary]).build(options=options)
+                    prog = cl.Program(ctx, [device], [binary]).build(options=options)
+                if _has_kernels(prog):
+                    return prog
+                problem = "holds no kernel"
             except (cl.Error, cl.RuntimeError):
                 problem = "was refused by the driver"
         warnings.warn(
@@ -139,6 +142,20 @@ class ProgramCache:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return cl.Program(ctx, source).build(options=options)
+                prog = cl.Program(ctx, source).build(options=options)
         except (cl.Error, cl.RuntimeError) as exc:
             raise BuildError(name, str(exc)) from None
+        if not _has_kernels(prog):
+            # seen with PoCL 3.0 compiling for an older CPU than the host (znver3 on Zen 4):
+            # the build reports success, the program holds nothing, and reading its binary crashes
+            raise BuildError(
+                name, "the driver reported a successful build, but the program holds no kernel"
+            )
+        return prog
+
+
+def _has_kernels(prog: cl.Program) -> bool:
+    try:
+        return bool(prog.get_info(cl.program_info.KERNEL_NAMES))
+    except cl.Error:
+        return False

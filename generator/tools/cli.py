@@ -182,11 +182,17 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
     statuses = survey()
     for s in statuses:
-        verdict = "builds kernels" if s.builds else f"cannot build kernels: {s.problem}"
-        print(f"{s.label}: {verdict}")
+        print(f"{s.label}: {s.verdict}")
     if not any(s.builds for s in statuses):
         print(f"clforge: no OpenCL device can build kernels. {FALLBACK_HINT}", file=sys.stderr)
-        return 1 if args.check else 0
+        return 1 if args.check or args.check_full else 0
+    if args.check_full and not any(s.builds and not s.under_targets for s in statuses):
+        print(
+            "clforge: every OpenCL device that builds kernels compiles for narrower vectors "
+            f"than this CPU has. {FALLBACK_HINT}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -424,6 +430,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     dv = sub.add_parser("devices", help="list OpenCL devices and whether each builds kernels")
     dv.add_argument("--check", action="store_true", help="exit 1 when no device builds kernels")
+    dv.add_argument(
+        "--check-full",
+        action="store_true",
+        help="exit 1 also when every device that builds compiles for narrower vectors than the "
+        "host CPU has (e.g. AVX2 code on an AVX-512 CPU)",
+    )
     dv.set_defaults(func=cmd_devices)
 
     pr = sub.add_parser("profile", help="print a device profile as YAML, or list shipped ones")

@@ -25,13 +25,13 @@ __kernel void max__gpu_workgroup__f64(
     int j_ = 0;
     for (int r_ = l_; r_ < R; r_ += 256) {
         const ACC_ v_ = (ACC_)x[base_ + (size_t)r_ * I];
-        acc_ = ((v_) > (acc_)) | ((v_) != (v_)) ? (v_) : (acc_);
+        acc_ = (((v_) > (acc_)) | ((v_) != (v_))) ? (v_) : (acc_);
     }
     part_[l_] = acc_;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s_ = 128; s_ > 0; s_ >>= 1) {
         if (l_ < s_) {
-            part_[l_] = ((part_[l_ + s_]) > (part_[l_])) | ((part_[l_ + s_]) != (part_[l_ + s_])) ? (part_[l_ + s_]) : (part_[l_]);
+            part_[l_] = (((part_[l_ + s_]) > (part_[l_])) | ((part_[l_ + s_]) != (part_[l_ + s_]))) ? (part_[l_ + s_]) : (part_[l_]);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }

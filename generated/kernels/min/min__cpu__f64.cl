@@ -36,25 +36,25 @@ __kernel void min__cpu__f64(
         ACC8_ a3_ = first_;
         int r_ = 0;
         for (; r_ + 32 <= R; r_ += 32) {
-            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 0)); a0_ = ((v_) < (a0_)) | ((v_) != (v_)) ? (v_) : (a0_); }
-            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 8)); a1_ = ((v_) < (a1_)) | ((v_) != (v_)) ? (v_) : (a1_); }
-            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 16)); a2_ = ((v_) < (a2_)) | ((v_) != (v_)) ? (v_) : (a2_); }
-            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 24)); a3_ = ((v_) < (a3_)) | ((v_) != (v_)) ? (v_) : (a3_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 0)); a0_ = (((v_) < (a0_)) | ((v_) != (v_))) ? (v_) : (a0_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 8)); a1_ = (((v_) < (a1_)) | ((v_) != (v_))) ? (v_) : (a1_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 16)); a2_ = (((v_) < (a2_)) | ((v_) != (v_))) ? (v_) : (a2_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 24)); a3_ = (((v_) < (a3_)) | ((v_) != (v_))) ? (v_) : (a3_); }
         }
-        a0_ = ((a1_) < (a0_)) | ((a1_) != (a1_)) ? (a1_) : (a0_);
-        a0_ = ((a2_) < (a0_)) | ((a2_) != (a2_)) ? (a2_) : (a0_);
-        a0_ = ((a3_) < (a0_)) | ((a3_) != (a3_)) ? (a3_) : (a0_);
+        a0_ = (((a1_) < (a0_)) | ((a1_) != (a1_))) ? (a1_) : (a0_);
+        a0_ = (((a2_) < (a0_)) | ((a2_) != (a2_))) ? (a2_) : (a0_);
+        a0_ = (((a3_) < (a0_)) | ((a3_) != (a3_))) ? (a3_) : (a0_);
         ACC_ s_ = a0_.s0;
-        { const ACC_ v_ = a0_.s1; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s2; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s3; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s4; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s5; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s6; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
-        { const ACC_ v_ = a0_.s7; s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s1; s_ = (((v_) < (s_)) | ((v_) != (v_))) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s2; s_ = (((v_) < (s_)) | ((v_) != (v_))) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s3; s_ = (((v_) < (s_)) | ((v_) != (v_))) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s4; s_ = (((v_) < (s_)) | ((v_) != (v_))) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s5; s_ = (((v_) < (s_)) | ((v_) != (v_))) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s6; s_ = (((v_) < (s_)) | ((v_) != (v_))) ? (v_) : (s_); }
+        { const ACC_ v_ = a0_.s7; s_ = (((v_) < (s_)) | ((v_) != (v_))) ? (v_) : (s_); }
         for (; r_ < R; ++r_) {
             const ACC_ v_ = (ACC_)x[row_ + r_];
-            s_ = ((v_) < (s_)) | ((v_) != (v_)) ? (v_) : (s_);
+            s_ = (((v_) < (s_)) | ((v_) != (v_))) ? (v_) : (s_);
         }
         y[b_] = (double)(s_);
     } else if (i0_ + 32 <= I) {
@@ -67,10 +67,10 @@ __kernel void min__cpu__f64(
         ACC8_ a3_ = *(__global const ACCU8_*)(x + (col_ + 24));
         for (int r_ = 1; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
-            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 0)); a0_ = ((v_) < (a0_)) | ((v_) != (v_)) ? (v_) : (a0_); }
-            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 8)); a1_ = ((v_) < (a1_)) | ((v_) != (v_)) ? (v_) : (a1_); }
-            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 16)); a2_ = ((v_) < (a2_)) | ((v_) != (v_)) ? (v_) : (a2_); }
-            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 24)); a3_ = ((v_) < (a3_)) | ((v_) != (v_)) ? (v_) : (a3_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 0)); a0_ = (((v_) < (a0_)) | ((v_) != (v_))) ? (v_) : (a0_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 8)); a1_ = (((v_) < (a1_)) | ((v_) != (v_))) ? (v_) : (a1_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 16)); a2_ = (((v_) < (a2_)) | ((v_) != (v_))) ? (v_) : (a2_); }
+            { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 24)); a3_ = (((v_) < (a3_)) | ((v_) != (v_))) ? (v_) : (a3_); }
         }
         y[(size_t)b_ * I + i0_ + 0] = (double)(a0_.s0);
         y[(size_t)b_ * I + i0_ + 1] = (double)(a0_.s1);
@@ -109,7 +109,7 @@ __kernel void min__cpu__f64(
             const size_t col_ = row_ + i_;
             ACC_ a0_ = (ACC_)x[col_];
             for (int r_ = 1; r_ < R; ++r_) {
-                { const ACC_ v_ = (ACC_)x[col_ + (size_t)r_ * I]; a0_ = ((v_) < (a0_)) | ((v_) != (v_)) ? (v_) : (a0_); };
+                { const ACC_ v_ = (ACC_)x[col_ + (size_t)r_ * I]; a0_ = (((v_) < (a0_)) | ((v_) != (v_))) ? (v_) : (a0_); };
             }
             y[(size_t)b_ * I + i_] = (double)(a0_);
         }

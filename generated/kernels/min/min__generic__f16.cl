@@ -21,7 +21,7 @@ __kernel void min__generic__f16(
     ACC_ best_ = vload_half((size_t)(base_), x);
     for (int r_ = 1; r_ < R; ++r_) {
         const ACC_ v_ = vload_half((size_t)(base_ + (size_t)r_ * I), x);
-        best_ = ((v_) < (best_)) | ((v_) != (v_)) ? (v_) : (best_);
+        best_ = (((v_) < (best_)) | ((v_) != (v_))) ? (v_) : (best_);
     }
     vstore_half(best_, (size_t)(o_), y);
 }

@@ -22,7 +22,7 @@ __kernel void min__generic_fp16__f16(
     ACC_ best_ = (ACC_)x[base_];
     for (int r_ = 1; r_ < R; ++r_) {
         const ACC_ v_ = (ACC_)x[base_ + (size_t)r_ * I];
-        best_ = ((v_) < (best_)) | ((v_) != (v_)) ? (v_) : (best_);
+        best_ = (((v_) < (best_)) | ((v_) != (v_))) ? (v_) : (best_);
     }
     y[o_] = (half)(best_);
 }
