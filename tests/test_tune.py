@@ -304,6 +304,35 @@ def _tune(tree: Tree, **kw):  # type: ignore[no-untyped-def]
     return reg, profile, tune(tree, reg, profile, jobs, repeats=3, **kw)
 
 
+def test_a_budget_that_runs_out_leaves_every_job_its_first_candidates(tmp_path: Path) -> None:
+    """Breadth first: each job's defaults, then each job's second candidate, ...; a clock that
+    ticks once per look lets exactly three candidates in, one round and a half."""
+    from generator.device.discovery import default_device
+    from generator.device.query import from_device
+    from generator.tune.tuner import plan_jobs, tune
+
+    profile = from_device(default_device())
+    cases = {op: (Case({"N": 1009}),) for op in ("abs", "relu")}
+    jobs = plan_jobs(REG, profile, ["abs", "relu"], ["f32"], cases)
+    assert [j.inst.name for j in jobs] == ["abs__cpu__f32", "relu__cpu__f32"]
+    ticks = iter(range(1_000_000))
+    report = tune(
+        DEFAULT,
+        REG,
+        profile,
+        jobs,
+        repeats=1,
+        budget_s=3,
+        fresh=True,
+        out=tmp_path / "t.yaml",
+        clock=lambda: float(next(ticks)),
+        catch_all=False,
+    )
+    measured = sum(len(list(ParamSpace(j.inst).candidates(profile))) for j in jobs)
+    assert report.skipped == measured - 3
+    assert {e.instance for e in report.entries} == {"abs__cpu__f32", "relu__cpu__f32"}
+
+
 @pytest.mark.slow
 def test_a_wrong_candidate_is_never_chosen_and_the_kernel_change_makes_entries_stale(
     planted: Tree,

@@ -200,6 +200,7 @@ def tune(
     progress: Callable[[int], Any] | None = None,
     out: Path | None = None,
     catch_all: bool = True,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Report:
     """Measure every job's candidates (within the budget) and write the device's tuning file
     (`out`, default tuning/<device>.yaml in the tree), merged with what it held. `catch_all`
@@ -212,13 +213,20 @@ def tune(
     journal = Journal(journal_path)
     pool = WorkerPool(tree.root, timeout_s)
     report = Report()
-    start = time.monotonic()
+    start = clock()
     results: list[Tuned] = []
     try:
-        for job in jobs:
-            timed: dict[Params, float] = {}
-            for params in _search(job, profile):
-                if time.monotonic() - start > budget_s:
+        # breadth first: every job's first candidate (the spec defaults), then every job's
+        # second, ..., so that a budget that runs out leaves each job its best few so far
+        # rather than the first jobs exhausted and the rest untouched
+        searches = [_search(job, profile) for job in jobs]
+        timings: list[dict[Params, float]] = [{} for _ in jobs]
+        for depth in range(max(map(len, searches), default=0)):
+            for job, candidates, timed in zip(jobs, searches, timings, strict=True):
+                if depth >= len(candidates):
+                    continue
+                params = candidates[depth]
+                if clock() - start > budget_s:
                     report.skipped += 1
                     continue
                 res = _measure(pool, journal, report, job, params, repeats)
@@ -230,6 +238,7 @@ def tune(
                     report.rejected.append(
                         (job.inst.name, params_text(params), str(res.get("problem")))
                     )
+        for job, timed in zip(jobs, timings, strict=True):
             finalists = sorted(timed, key=timed.__getitem__)[:FINALISTS]
             defaults = as_params(job.inst.param_map)
             if defaults in timed and defaults not in finalists:
