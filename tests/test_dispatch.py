@@ -168,8 +168,9 @@ def test_explain_shapes_and_attrs_bind_like_a_call(capsys: pytest.CaptureFixture
     assert "dims BATCH, K, BA, BB unset" in capsys.readouterr().out
     conv = ["explain", "conv2d", "--shapes", "x=1x8x15x15,w=4x8x3x3", "--json"]
     assert main([*conv, "--attrs", "stride_h=2,stride_w=2,pad_h=1,pad_w=1"]) == 0
-    dims = json.loads(capsys.readouterr().out)["dims"]
-    assert (dims["OH"], dims["OW"]) == (8, 8)
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["dims"]["OH"], doc["dims"]["OW"]) == (8, 8)
+    assert "stride_h" not in doc["dims"] and doc["attrs"]["stride_h"] == 2  # each in its place
     for bad, message in [
         (["--attrs", "stride=2"], "has no attribute 'stride' (attributes: stride_h"),
         (["--attrs", "stride_h=two"], "stride_h='two' is not an int"),

@@ -305,7 +305,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if sel.chosen and sel.chosen.instance:
         choice = lookup.choose(reg.instance(sel.chosen.instance), dims)
     if args.json:
-        doc = sel.as_dict()
+        # the selection's env holds the int attributes too (guards read them): apart here
+        doc = sel.as_dict() | {"dims": dims, "attrs": attrs}
         if choice is not None:
             doc["params"] = dict(choice.params)
             doc["params_origin"] = choice.describe()
