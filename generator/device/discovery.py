@@ -88,6 +88,11 @@ class DeviceStatus:
         return self.builds and 0 < self.compiled_simd < self.host_simd
 
     @property
+    def builds_fully(self) -> bool:
+        """Builds, for the host CPU's full vector width where that was compared."""
+        return self.builds and not self.under_targets
+
+    @property
     def verdict(self) -> str:
         if not self.builds:
             return f"cannot build kernels: {self.problem}"
@@ -163,7 +168,7 @@ def default_device() -> cl.Device:
     statuses = []
     for d in devices:
         status = probe(d)
-        if status.builds and not status.under_targets:
+        if status.builds_fully:
             return d
         statuses.append(status)
     narrow = next((s for s in statuses if s.builds), None)

@@ -186,7 +186,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     if not any(s.builds for s in statuses):
         print(f"clforge: no OpenCL device can build kernels. {FALLBACK_HINT}", file=sys.stderr)
         return 1 if args.check or args.check_full else 0
-    if args.check_full and not any(s.builds and not s.under_targets for s in statuses):
+    if args.check_full and not any(s.builds_fully for s in statuses):
         print(
             "clforge: every OpenCL device that builds kernels compiles for narrower vectors "
             f"than this CPU has. {FALLBACK_HINT}",
