@@ -331,6 +331,20 @@ def test_a_budget_that_runs_out_leaves_every_job_its_first_candidates(tmp_path: 
     measured = sum(len(list(ParamSpace(j.inst).candidates(profile))) for j in jobs)
     assert report.skipped == measured - 3
     assert {e.instance for e in report.entries} == {"abs__cpu__f32", "relu__cpu__f32"}
+    # a second run with no budget at all still takes the three from the journal
+    again = tune(
+        DEFAULT,
+        REG,
+        profile,
+        jobs,
+        repeats=1,
+        budget_s=0,
+        out=tmp_path / "t.yaml",
+        clock=lambda: float(next(ticks)),
+        catch_all=False,
+    )
+    assert again.skipped == measured - 3 and again.reused >= 3
+    assert {e.instance for e in again.entries} == {"abs__cpu__f32", "relu__cpu__f32"}
 
 
 @pytest.mark.slow

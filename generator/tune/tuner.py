@@ -226,7 +226,10 @@ def tune(
                 if depth >= len(candidates):
                     continue
                 params = candidates[depth]
-                if clock() - start > budget_s:
+                # what the journal holds costs nothing: a later run with a smaller budget
+                # still sees every candidate an earlier one measured
+                spent = clock() - start > budget_s
+                if spent and Journal.key(job, params) not in journal.done:
                     report.skipped += 1
                     continue
                 res = _measure(pool, journal, report, job, params, repeats)
