@@ -605,3 +605,76 @@ def test_a_change_to_an_imported_template_makes_entries_stale_though_defaults_re
     assert schema_hash(after) != schema_hash(before)
     untouched = registry_mod.load(tree).instance("matmul__cpu_packed__f32__a_row__b_row")
     assert untouched.templates_sha == Renderer(DEFAULT).templates_digest(untouched.template)
+
+
+def test_prune_drops_only_the_stale_entries(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A device not at hand cannot be re-tuned after its kernel changed: `tune --prune` drops
+    its stale entries (and those of instances that no longer exist) and keeps the rest."""
+    from generator.tools.cli import main
+
+    shutil.copytree(DEFAULT.specs, tmp_path / "specs")
+    shutil.copytree(DEFAULT.templates, tmp_path / "templates")
+    tree = Tree(tmp_path)
+    generate(tree)
+    reg = registry_mod.load(tree)
+    live = dataclasses.replace(
+        _entry("relu__cpu__f32", "N~1024", 1024), sha=schema_hash(reg.instance("relu__cpu__f32"))
+    )
+    changed = dataclasses.replace(_entry("exp__cpu__f32", CATCH_ALL, 16384), sha="0" * 16)
+    gone = dataclasses.replace(live, instance="nosuch__cpu__f32")
+    path = tree.tuning / "some-device.yaml"
+    path.parent.mkdir()
+    TuningFile(Fingerprint.of(CPU)).with_entries([live, changed, gone]).save(path)
+    assert main(["--root", str(tmp_path), "tune", "--check"]) == 1
+    capsys.readouterr()
+    assert main(["--root", str(tmp_path), "tune", "--prune"]) == 0
+    assert "dropped 2 stale entries, kept 1" in capsys.readouterr().out
+    assert load_folder(tree.tuning)[0].entries == (live,)
+    assert main(["--root", str(tmp_path), "tune", "--check"]) == 0
+
+
+def test_the_measuring_process_ends_with_a_killed_tuner(tmp_path: Path) -> None:
+    """A tuner killed mid-race must not leave its measuring process running (timing a race at
+    n = 2048 can take minutes, on a machine others then measure)."""
+    parent = (
+        "import os, subprocess, sys, time\n"
+        "w = subprocess.Popen([sys.executable, '-c', 'from generator.tune.worker import "
+        "exit_with_parent; import time; exit_with_parent(%d, 0.05); time.sleep(60)' % os.getpid()],"
+        " stdin=subprocess.PIPE)\n"
+        "print(w.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 20
+    stat = Path(f"/proc/{child}/stat")
+    while time.monotonic() < deadline:
+        try:  # gone, or a zombie its new parent has not reaped
+            if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the measuring process outlived its tuner")
+
+
+def test_progress_in_a_log_is_a_line_now_and_then(capsys) -> None:  # type: ignore[no-untyped-def]
+    from generator.tools.tune_cmd import progress_bar
+
+    now = [0.0]
+    with progress_bar(10, tty=False, every_s=60, clock=lambda: now[0]) as update:
+        for _ in range(9):
+            now[0] += 20  # a candidate every 20 s: a line at 60 s, 120 s, 180 s
+            update(1)
+        update(1)  # the last one always prints
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "tune: 3/10 candidates (30%), 1.0 min",
+        "tune: 6/10 candidates (60%), 2.0 min",
+        "tune: 9/10 candidates (90%), 3.0 min",
+        "tune: 10/10 candidates (100%), 3.0 min",
+    ]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from generator.core.tree import Tree
@@ -31,6 +34,11 @@ def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignor
     t.add_argument("--repeats", type=int, default=7, help="timed repeats per candidate")
     t.add_argument("--fresh", action="store_true", help="forget the journal of earlier runs")
     t.add_argument("--check", action="store_true", help="list stale entries; exit 1 if any")
+    t.add_argument(
+        "--prune",
+        action="store_true",
+        help="drop stale entries from the tuning files (of devices not at hand to re-tune)",
+    )
     t.add_argument("--merge", nargs=2, metavar=("A", "B"), help="merge tuning file B into A")
     t.add_argument("--out", help="write the tuning file here instead of tuning/<device>.yaml")
     t.set_defaults(func=lambda args: cmd_tune(args, tree_of(args)))
@@ -49,6 +57,8 @@ def cmd_tune(args: argparse.Namespace, tree: Tree) -> int:
         merged.save(Path(args.merge[0]))
         print(f"merged {args.merge[1]} into {args.merge[0]}: {len(merged.entries)} entries")
         return 0
+    if args.prune:
+        return _prune(reg)
     if args.check:
         stale = stale_entries(reg, load_folders(reg.tuning_folders()))
         for path, e, why in stale:
@@ -58,9 +68,66 @@ def cmd_tune(args: argparse.Namespace, tree: Tree) -> int:
     return _run(args, tree, reg)
 
 
-def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-untyped-def]
-    from tqdm import tqdm
+def _prune(reg) -> int:  # type: ignore[no-untyped-def]
+    """Rewrite each tuning file that holds stale entries without them."""
+    from dataclasses import replace
 
+    from generator.params.database import load_folders
+    from generator.tune.tuner import stale_entries
+
+    dropped = 0
+    for f in load_folders(reg.tuning_folders()):
+        stale = {id(e) for _, e, _ in stale_entries(reg, (f,))}
+        if not stale or f.path is None:
+            continue
+        kept = tuple(e for e in f.entries if id(e) not in stale)
+        replace(f, entries=kept).save(f.path)
+        print(f"{f.path}: dropped {len(stale)} stale entries, kept {len(kept)}")
+        dropped += len(stale)
+    print(f"{dropped} stale entries dropped", file=sys.stderr)
+    return 0
+
+
+class _Lines:
+    """Progress as a line every `every_s` seconds, where a bar would only garble a log file."""
+
+    def __init__(self, total: int, every_s: float, clock: Callable[[], float]) -> None:
+        self.total, self.every_s, self.clock = total, every_s, clock
+        self.done = 0
+        self.start = self.last = clock()
+
+    def __call__(self, n: int = 1) -> None:
+        self.done += n
+        now = self.clock()
+        if now - self.last >= self.every_s or self.done == self.total:
+            self.last = now
+            pct = 100 * self.done / max(self.total, 1)
+            print(
+                f"tune: {self.done}/{self.total} candidates ({pct:.0f}%), "
+                f"{(now - self.start) / 60:.1f} min",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+@contextmanager
+def progress_bar(
+    total: int,
+    tty: bool | None = None,
+    every_s: float = 60.0,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[Callable[[int], object]]:
+    """An update(n) callable: a tqdm bar on a terminal, else a line now and then."""
+    if tty if tty is not None else sys.stderr.isatty():
+        from tqdm import tqdm
+
+        with tqdm(total=total, unit="cand") as bar:
+            yield bar.update
+    else:
+        yield _Lines(total, every_s, clock)
+
+
+def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-untyped-def]
     from generator.device.discovery import default_device
     from generator.device.query import from_device
     from generator.params.space import ParamSpace
@@ -80,7 +147,7 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
     jobs = plan_jobs(reg, profile, ops, args.dtypes.split(","), shapes, layouts)
     total = sum(len(list(ParamSpace(j.inst).candidates(profile))) for j in jobs)
     print(f"tuning {len(jobs)} instance × shape jobs, {total} candidates, on {profile.name}")
-    with tqdm(total=total, unit="cand", disable=None) as bar:
+    with progress_bar(total) as update:
         report = tune(
             tree,
             reg,
@@ -90,7 +157,7 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
             timeout_s=args.timeout,
             repeats=args.repeats,
             fresh=args.fresh,
-            progress=bar.update,
+            progress=update,
             out=Path(args.out) if args.out else None,
             catch_all=shapes is None,
         )

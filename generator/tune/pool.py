@@ -25,7 +25,7 @@ class WorkerPool:
         self.restarts = 0
 
     def _start(self) -> None:
-        env = {**os.environ, "CLFORGE_TREE": str(self.root)}
+        env = {**os.environ, "CLFORGE_TREE": str(self.root), "CLFORGE_TUNER_PID": str(os.getpid())}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "generator.tune.worker"],
             stdin=subprocess.PIPE,

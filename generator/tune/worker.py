@@ -18,6 +18,8 @@ import functools
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +98,24 @@ class Worker:
         return device_inputs(self.rt, op, inst.dtype, shapes, req["dims"])
 
 
+def exit_with_parent(parent: int, poll_s: float = 0.5) -> threading.Thread:
+    """A daemon thread that ends this process once its parent is gone: a killed tuner must not
+    leave its measuring process timing a long race on a machine that others then measure."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(0)
+
+    t = threading.Thread(target=watch, name="clforge-parent-watch", daemon=True)
+    t.start()
+    return t
+
+
 def main() -> int:
+    # the tuner names itself: a tuner killed while this process starts up has already handed
+    # it to another parent, which os.getppid() would return here
+    exit_with_parent(int(os.environ.get("CLFORGE_TUNER_PID") or os.getppid()))
     worker = Worker()
     print(json.dumps({"ready": True, "device": worker.rt.device.name}), flush=True)
     for line in sys.stdin:

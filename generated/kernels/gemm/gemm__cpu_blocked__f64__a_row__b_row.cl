@@ -5,7 +5,7 @@ typedef double T_;
 typedef double ACC_;
 typedef double8 ACC8_;
 
-/* a vector of VW elements at an address aligned only to its element (rows of b) */
+/* a vector of VW elements at an address aligned only to its element (rows of b and c) */
 typedef double VU_ __attribute__((ext_vector_type(8), aligned(sizeof(double))));
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void gemm__cpu_blocked__f64__a_row__b_row(
@@ -24,151 +24,144 @@ __kernel void gemm__cpu_blocked__f64__a_row__b_row(
 {
     const int i0_ = get_global_id(0) * 6;
     const int j0_ = get_global_id(1) * 16;
+    const int nr_ = min(16, N - j0_);
     const size_t ao_ = 0, bo_ = 0, co_ = 0;
 
     __global const T_* a_ = a + ao_;
     __global const T_* b_ = b + bo_;
-    if (i0_ + 6 <= M && j0_ + 16 <= N) {
-        double8 c0_0_ = 0;
-        double8 c0_1_ = 0;
-        double8 c1_0_ = 0;
-        double8 c1_1_ = 0;
-        double8 c2_0_ = 0;
-        double8 c2_1_ = 0;
-        double8 c3_0_ = 0;
-        double8 c3_1_ = 0;
-        double8 c4_0_ = 0;
-        double8 c4_1_ = 0;
-        double8 c5_0_ = 0;
-        double8 c5_1_ = 0;
+    const int r0_ = min(i0_ + 0, M - 1);
+    const int r1_ = min(i0_ + 1, M - 1);
+    const int r2_ = min(i0_ + 2, M - 1);
+    const int r3_ = min(i0_ + 3, M - 1);
+    const int r4_ = min(i0_ + 4, M - 1);
+    const int r5_ = min(i0_ + 5, M - 1);
+    double8 c0_0_ = 0;
+    double8 c0_1_ = 0;
+    double8 c1_0_ = 0;
+    double8 c1_1_ = 0;
+    double8 c2_0_ = 0;
+    double8 c2_1_ = 0;
+    double8 c3_0_ = 0;
+    double8 c3_1_ = 0;
+    double8 c4_0_ = 0;
+    double8 c4_1_ = 0;
+    double8 c5_0_ = 0;
+    double8 c5_1_ = 0;
+    if (nr_ == 16) {
         for (int k_ = 0; k_ < K; ++k_) {
             __global const T_* brow_ = b_ + (size_t)k_ * N + j0_;
             const double8 b0_ = *(__global const VU_*)(brow_ + 0);
             const double8 b1_ = *(__global const VU_*)(brow_ + 8);
-            const ACC_ a0_ = a_[((i0_ + 0) * K + (k_))];
+            const ACC_ a0_ = a_[((r0_) * K + (k_))];
             c0_0_ += a0_ * b0_;
             c0_1_ += a0_ * b1_;
-            const ACC_ a1_ = a_[((i0_ + 1) * K + (k_))];
+            const ACC_ a1_ = a_[((r1_) * K + (k_))];
             c1_0_ += a1_ * b0_;
             c1_1_ += a1_ * b1_;
-            const ACC_ a2_ = a_[((i0_ + 2) * K + (k_))];
+            const ACC_ a2_ = a_[((r2_) * K + (k_))];
             c2_0_ += a2_ * b0_;
             c2_1_ += a2_ * b1_;
-            const ACC_ a3_ = a_[((i0_ + 3) * K + (k_))];
+            const ACC_ a3_ = a_[((r3_) * K + (k_))];
             c3_0_ += a3_ * b0_;
             c3_1_ += a3_ * b1_;
-            const ACC_ a4_ = a_[((i0_ + 4) * K + (k_))];
+            const ACC_ a4_ = a_[((r4_) * K + (k_))];
             c4_0_ += a4_ * b0_;
             c4_1_ += a4_ * b1_;
-            const ACC_ a5_ = a_[((i0_ + 5) * K + (k_))];
+            const ACC_ a5_ = a_[((r5_) * K + (k_))];
             c5_0_ += a5_ * b0_;
             c5_1_ += a5_ * b1_;
         }
-        c[co_ + ((i0_ + 0) * N + (j0_ + 0))] = (double)((beta == 0 ? alpha * (c0_0_.s0) : alpha * (c0_0_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 0) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 1))] = (double)((beta == 0 ? alpha * (c0_0_.s1) : alpha * (c0_0_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 1) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 2))] = (double)((beta == 0 ? alpha * (c0_0_.s2) : alpha * (c0_0_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 2) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 3))] = (double)((beta == 0 ? alpha * (c0_0_.s3) : alpha * (c0_0_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 3) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 4))] = (double)((beta == 0 ? alpha * (c0_0_.s4) : alpha * (c0_0_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 4) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 5))] = (double)((beta == 0 ? alpha * (c0_0_.s5) : alpha * (c0_0_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 5) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 6))] = (double)((beta == 0 ? alpha * (c0_0_.s6) : alpha * (c0_0_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 6) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 7))] = (double)((beta == 0 ? alpha * (c0_0_.s7) : alpha * (c0_0_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 7) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 8))] = (double)((beta == 0 ? alpha * (c0_1_.s0) : alpha * (c0_1_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 8) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 9))] = (double)((beta == 0 ? alpha * (c0_1_.s1) : alpha * (c0_1_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 9) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 10))] = (double)((beta == 0 ? alpha * (c0_1_.s2) : alpha * (c0_1_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 10) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 11))] = (double)((beta == 0 ? alpha * (c0_1_.s3) : alpha * (c0_1_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 11) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 12))] = (double)((beta == 0 ? alpha * (c0_1_.s4) : alpha * (c0_1_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 12) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 13))] = (double)((beta == 0 ? alpha * (c0_1_.s5) : alpha * (c0_1_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 13) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 14))] = (double)((beta == 0 ? alpha * (c0_1_.s6) : alpha * (c0_1_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 14) * bias_s1]));
-        c[co_ + ((i0_ + 0) * N + (j0_ + 15))] = (double)((beta == 0 ? alpha * (c0_1_.s7) : alpha * (c0_1_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + 15) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 0))] = (double)((beta == 0 ? alpha * (c1_0_.s0) : alpha * (c1_0_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 0) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 1))] = (double)((beta == 0 ? alpha * (c1_0_.s1) : alpha * (c1_0_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 1) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 2))] = (double)((beta == 0 ? alpha * (c1_0_.s2) : alpha * (c1_0_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 2) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 3))] = (double)((beta == 0 ? alpha * (c1_0_.s3) : alpha * (c1_0_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 3) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 4))] = (double)((beta == 0 ? alpha * (c1_0_.s4) : alpha * (c1_0_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 4) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 5))] = (double)((beta == 0 ? alpha * (c1_0_.s5) : alpha * (c1_0_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 5) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 6))] = (double)((beta == 0 ? alpha * (c1_0_.s6) : alpha * (c1_0_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 6) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 7))] = (double)((beta == 0 ? alpha * (c1_0_.s7) : alpha * (c1_0_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 7) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 8))] = (double)((beta == 0 ? alpha * (c1_1_.s0) : alpha * (c1_1_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 8) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 9))] = (double)((beta == 0 ? alpha * (c1_1_.s1) : alpha * (c1_1_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 9) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 10))] = (double)((beta == 0 ? alpha * (c1_1_.s2) : alpha * (c1_1_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 10) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 11))] = (double)((beta == 0 ? alpha * (c1_1_.s3) : alpha * (c1_1_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 11) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 12))] = (double)((beta == 0 ? alpha * (c1_1_.s4) : alpha * (c1_1_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 12) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 13))] = (double)((beta == 0 ? alpha * (c1_1_.s5) : alpha * (c1_1_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 13) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 14))] = (double)((beta == 0 ? alpha * (c1_1_.s6) : alpha * (c1_1_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 14) * bias_s1]));
-        c[co_ + ((i0_ + 1) * N + (j0_ + 15))] = (double)((beta == 0 ? alpha * (c1_1_.s7) : alpha * (c1_1_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + 15) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 0))] = (double)((beta == 0 ? alpha * (c2_0_.s0) : alpha * (c2_0_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 0) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 1))] = (double)((beta == 0 ? alpha * (c2_0_.s1) : alpha * (c2_0_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 1) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 2))] = (double)((beta == 0 ? alpha * (c2_0_.s2) : alpha * (c2_0_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 2) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 3))] = (double)((beta == 0 ? alpha * (c2_0_.s3) : alpha * (c2_0_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 3) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 4))] = (double)((beta == 0 ? alpha * (c2_0_.s4) : alpha * (c2_0_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 4) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 5))] = (double)((beta == 0 ? alpha * (c2_0_.s5) : alpha * (c2_0_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 5) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 6))] = (double)((beta == 0 ? alpha * (c2_0_.s6) : alpha * (c2_0_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 6) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 7))] = (double)((beta == 0 ? alpha * (c2_0_.s7) : alpha * (c2_0_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 7) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 8))] = (double)((beta == 0 ? alpha * (c2_1_.s0) : alpha * (c2_1_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 8) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 9))] = (double)((beta == 0 ? alpha * (c2_1_.s1) : alpha * (c2_1_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 9) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 10))] = (double)((beta == 0 ? alpha * (c2_1_.s2) : alpha * (c2_1_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 10) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 11))] = (double)((beta == 0 ? alpha * (c2_1_.s3) : alpha * (c2_1_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 11) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 12))] = (double)((beta == 0 ? alpha * (c2_1_.s4) : alpha * (c2_1_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 12) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 13))] = (double)((beta == 0 ? alpha * (c2_1_.s5) : alpha * (c2_1_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 13) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 14))] = (double)((beta == 0 ? alpha * (c2_1_.s6) : alpha * (c2_1_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 14) * bias_s1]));
-        c[co_ + ((i0_ + 2) * N + (j0_ + 15))] = (double)((beta == 0 ? alpha * (c2_1_.s7) : alpha * (c2_1_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + 15) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 0))] = (double)((beta == 0 ? alpha * (c3_0_.s0) : alpha * (c3_0_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 0) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 1))] = (double)((beta == 0 ? alpha * (c3_0_.s1) : alpha * (c3_0_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 1) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 2))] = (double)((beta == 0 ? alpha * (c3_0_.s2) : alpha * (c3_0_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 2) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 3))] = (double)((beta == 0 ? alpha * (c3_0_.s3) : alpha * (c3_0_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 3) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 4))] = (double)((beta == 0 ? alpha * (c3_0_.s4) : alpha * (c3_0_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 4) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 5))] = (double)((beta == 0 ? alpha * (c3_0_.s5) : alpha * (c3_0_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 5) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 6))] = (double)((beta == 0 ? alpha * (c3_0_.s6) : alpha * (c3_0_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 6) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 7))] = (double)((beta == 0 ? alpha * (c3_0_.s7) : alpha * (c3_0_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 7) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 8))] = (double)((beta == 0 ? alpha * (c3_1_.s0) : alpha * (c3_1_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 8) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 9))] = (double)((beta == 0 ? alpha * (c3_1_.s1) : alpha * (c3_1_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 9) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 10))] = (double)((beta == 0 ? alpha * (c3_1_.s2) : alpha * (c3_1_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 10) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 11))] = (double)((beta == 0 ? alpha * (c3_1_.s3) : alpha * (c3_1_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 11) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 12))] = (double)((beta == 0 ? alpha * (c3_1_.s4) : alpha * (c3_1_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 12) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 13))] = (double)((beta == 0 ? alpha * (c3_1_.s5) : alpha * (c3_1_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 13) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 14))] = (double)((beta == 0 ? alpha * (c3_1_.s6) : alpha * (c3_1_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 14) * bias_s1]));
-        c[co_ + ((i0_ + 3) * N + (j0_ + 15))] = (double)((beta == 0 ? alpha * (c3_1_.s7) : alpha * (c3_1_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + 15) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 0))] = (double)((beta == 0 ? alpha * (c4_0_.s0) : alpha * (c4_0_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 0) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 1))] = (double)((beta == 0 ? alpha * (c4_0_.s1) : alpha * (c4_0_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 1) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 2))] = (double)((beta == 0 ? alpha * (c4_0_.s2) : alpha * (c4_0_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 2) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 3))] = (double)((beta == 0 ? alpha * (c4_0_.s3) : alpha * (c4_0_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 3) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 4))] = (double)((beta == 0 ? alpha * (c4_0_.s4) : alpha * (c4_0_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 4) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 5))] = (double)((beta == 0 ? alpha * (c4_0_.s5) : alpha * (c4_0_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 5) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 6))] = (double)((beta == 0 ? alpha * (c4_0_.s6) : alpha * (c4_0_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 6) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 7))] = (double)((beta == 0 ? alpha * (c4_0_.s7) : alpha * (c4_0_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 7) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 8))] = (double)((beta == 0 ? alpha * (c4_1_.s0) : alpha * (c4_1_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 8) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 9))] = (double)((beta == 0 ? alpha * (c4_1_.s1) : alpha * (c4_1_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 9) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 10))] = (double)((beta == 0 ? alpha * (c4_1_.s2) : alpha * (c4_1_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 10) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 11))] = (double)((beta == 0 ? alpha * (c4_1_.s3) : alpha * (c4_1_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 11) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 12))] = (double)((beta == 0 ? alpha * (c4_1_.s4) : alpha * (c4_1_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 12) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 13))] = (double)((beta == 0 ? alpha * (c4_1_.s5) : alpha * (c4_1_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 13) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 14))] = (double)((beta == 0 ? alpha * (c4_1_.s6) : alpha * (c4_1_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 14) * bias_s1]));
-        c[co_ + ((i0_ + 4) * N + (j0_ + 15))] = (double)((beta == 0 ? alpha * (c4_1_.s7) : alpha * (c4_1_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + 15) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 0))] = (double)((beta == 0 ? alpha * (c5_0_.s0) : alpha * (c5_0_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 0) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 1))] = (double)((beta == 0 ? alpha * (c5_0_.s1) : alpha * (c5_0_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 1) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 2))] = (double)((beta == 0 ? alpha * (c5_0_.s2) : alpha * (c5_0_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 2) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 3))] = (double)((beta == 0 ? alpha * (c5_0_.s3) : alpha * (c5_0_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 3) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 4))] = (double)((beta == 0 ? alpha * (c5_0_.s4) : alpha * (c5_0_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 4) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 5))] = (double)((beta == 0 ? alpha * (c5_0_.s5) : alpha * (c5_0_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 5) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 6))] = (double)((beta == 0 ? alpha * (c5_0_.s6) : alpha * (c5_0_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 6) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 7))] = (double)((beta == 0 ? alpha * (c5_0_.s7) : alpha * (c5_0_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 7) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 8))] = (double)((beta == 0 ? alpha * (c5_1_.s0) : alpha * (c5_1_.s0) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 8) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 9))] = (double)((beta == 0 ? alpha * (c5_1_.s1) : alpha * (c5_1_.s1) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 9) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 10))] = (double)((beta == 0 ? alpha * (c5_1_.s2) : alpha * (c5_1_.s2) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 10) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 11))] = (double)((beta == 0 ? alpha * (c5_1_.s3) : alpha * (c5_1_.s3) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 11) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 12))] = (double)((beta == 0 ? alpha * (c5_1_.s4) : alpha * (c5_1_.s4) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 12) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 13))] = (double)((beta == 0 ? alpha * (c5_1_.s5) : alpha * (c5_1_.s5) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 13) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 14))] = (double)((beta == 0 ? alpha * (c5_1_.s6) : alpha * (c5_1_.s6) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 14) * bias_s1]));
-        c[co_ + ((i0_ + 5) * N + (j0_ + 15))] = (double)((beta == 0 ? alpha * (c5_1_.s7) : alpha * (c5_1_.s7) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + 15) * bias_s1]));
     } else {
-        for (int i_ = i0_; i_ < i0_ + 6 && i_ < M; ++i_) {
-            for (int j_ = j0_; j_ < j0_ + 16 && j_ < N; ++j_) {
-                ACC_ acc_ = 0;
-                for (int k_ = 0; k_ < K; ++k_) {
-                    acc_ += a_[((i_) * K + (k_))] * b_[(size_t)k_ * N + j_];
-                }
-                c[co_ + ((i_) * N + (j_))] = (double)((beta == 0 ? alpha * (acc_) : alpha * (acc_) + beta * (ACC_)bias[(size_t)(i_) * bias_s0 + (size_t)(j_) * bias_s1]));
-            }
+        for (int k_ = 0; k_ < K; ++k_) {
+            __global const T_* brow_ = b_ + (size_t)k_ * N + j0_;
+            double bt_[16];
+            for (int j_ = 0; j_ < 16; ++j_) bt_[j_] = j_ < nr_ ? brow_[j_] : 0;
+            const double8 b0_ = *(VU_*)(bt_ + 0);
+            const double8 b1_ = *(VU_*)(bt_ + 8);
+            const ACC_ a0_ = a_[((r0_) * K + (k_))];
+            c0_0_ += a0_ * b0_;
+            c0_1_ += a0_ * b1_;
+            const ACC_ a1_ = a_[((r1_) * K + (k_))];
+            c1_0_ += a1_ * b0_;
+            c1_1_ += a1_ * b1_;
+            const ACC_ a2_ = a_[((r2_) * K + (k_))];
+            c2_0_ += a2_ * b0_;
+            c2_1_ += a2_ * b1_;
+            const ACC_ a3_ = a_[((r3_) * K + (k_))];
+            c3_0_ += a3_ * b0_;
+            c3_1_ += a3_ * b1_;
+            const ACC_ a4_ = a_[((r4_) * K + (k_))];
+            c4_0_ += a4_ * b0_;
+            c4_1_ += a4_ * b1_;
+            const ACC_ a5_ = a_[((r5_) * K + (k_))];
+            c5_0_ += a5_ * b0_;
+            c5_1_ += a5_ * b1_;
+        }
+    }
+    /* a whole block (of gemm: without a bias term): vector stores */
+    if (i0_ + 6 <= M && nr_ == 16 && beta == 0) {
+        __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
+        *(__global VU_*)(c_ + (size_t)0 * N + 0) = alpha * c0_0_;
+        *(__global VU_*)(c_ + (size_t)0 * N + 8) = alpha * c0_1_;
+        *(__global VU_*)(c_ + (size_t)1 * N + 0) = alpha * c1_0_;
+        *(__global VU_*)(c_ + (size_t)1 * N + 8) = alpha * c1_1_;
+        *(__global VU_*)(c_ + (size_t)2 * N + 0) = alpha * c2_0_;
+        *(__global VU_*)(c_ + (size_t)2 * N + 8) = alpha * c2_1_;
+        *(__global VU_*)(c_ + (size_t)3 * N + 0) = alpha * c3_0_;
+        *(__global VU_*)(c_ + (size_t)3 * N + 8) = alpha * c3_1_;
+        *(__global VU_*)(c_ + (size_t)4 * N + 0) = alpha * c4_0_;
+        *(__global VU_*)(c_ + (size_t)4 * N + 8) = alpha * c4_1_;
+        *(__global VU_*)(c_ + (size_t)5 * N + 0) = alpha * c5_0_;
+        *(__global VU_*)(c_ + (size_t)5 * N + 8) = alpha * c5_1_;
+        return;
+    }
+    /* an edge block, and gemm with a bias term: element by element */
+    if (i0_ + 0 < M) {
+        double row_[16];
+        *(VU_*)(row_ + 0) = c0_0_;
+        *(VU_*)(row_ + 8) = c0_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 0) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+        }
+    }
+    if (i0_ + 1 < M) {
+        double row_[16];
+        *(VU_*)(row_ + 0) = c1_0_;
+        *(VU_*)(row_ + 8) = c1_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 1) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+        }
+    }
+    if (i0_ + 2 < M) {
+        double row_[16];
+        *(VU_*)(row_ + 0) = c2_0_;
+        *(VU_*)(row_ + 8) = c2_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 2) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+        }
+    }
+    if (i0_ + 3 < M) {
+        double row_[16];
+        *(VU_*)(row_ + 0) = c3_0_;
+        *(VU_*)(row_ + 8) = c3_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 3) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+        }
+    }
+    if (i0_ + 4 < M) {
+        double row_[16];
+        *(VU_*)(row_ + 0) = c4_0_;
+        *(VU_*)(row_ + 8) = c4_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 4) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+        }
+    }
+    if (i0_ + 5 < M) {
+        double row_[16];
+        *(VU_*)(row_ + 0) = c5_0_;
+        *(VU_*)(row_ + 8) = c5_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 5) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
         }
     }
 }

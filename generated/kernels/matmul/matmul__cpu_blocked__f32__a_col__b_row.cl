@@ -4,7 +4,7 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
-/* a vector of VW elements at an address aligned only to its element (rows of b) */
+/* a vector of VW elements at an address aligned only to its element (rows of b and c) */
 typedef float VU_ __attribute__((ext_vector_type(8), aligned(sizeof(float))));
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void matmul__cpu_blocked__f32__a_col__b_row(
@@ -21,6 +21,7 @@ __kernel void matmul__cpu_blocked__f32__a_col__b_row(
 {
     const int i0_ = get_global_id(0) * 6;
     const int j0_ = get_global_id(1) * 16;
+    const int nr_ = min(16, N - j0_);
     const size_t z_ = get_global_id(2);
     const size_t ao_ = (BA == 1 ? 0 : z_) * M * K;
     const size_t bo_ = (BB == 1 ? 0 : z_) * K * N;
@@ -28,147 +29,139 @@ __kernel void matmul__cpu_blocked__f32__a_col__b_row(
 
     __global const T_* a_ = a + ao_;
     __global const T_* b_ = b + bo_;
-    if (i0_ + 6 <= M && j0_ + 16 <= N) {
-        float8 c0_0_ = 0;
-        float8 c0_1_ = 0;
-        float8 c1_0_ = 0;
-        float8 c1_1_ = 0;
-        float8 c2_0_ = 0;
-        float8 c2_1_ = 0;
-        float8 c3_0_ = 0;
-        float8 c3_1_ = 0;
-        float8 c4_0_ = 0;
-        float8 c4_1_ = 0;
-        float8 c5_0_ = 0;
-        float8 c5_1_ = 0;
+    const int r0_ = min(i0_ + 0, M - 1);
+    const int r1_ = min(i0_ + 1, M - 1);
+    const int r2_ = min(i0_ + 2, M - 1);
+    const int r3_ = min(i0_ + 3, M - 1);
+    const int r4_ = min(i0_ + 4, M - 1);
+    const int r5_ = min(i0_ + 5, M - 1);
+    float8 c0_0_ = 0;
+    float8 c0_1_ = 0;
+    float8 c1_0_ = 0;
+    float8 c1_1_ = 0;
+    float8 c2_0_ = 0;
+    float8 c2_1_ = 0;
+    float8 c3_0_ = 0;
+    float8 c3_1_ = 0;
+    float8 c4_0_ = 0;
+    float8 c4_1_ = 0;
+    float8 c5_0_ = 0;
+    float8 c5_1_ = 0;
+    if (nr_ == 16) {
         for (int k_ = 0; k_ < K; ++k_) {
             __global const T_* brow_ = b_ + (size_t)k_ * N + j0_;
             const float8 b0_ = *(__global const VU_*)(brow_ + 0);
             const float8 b1_ = *(__global const VU_*)(brow_ + 8);
-            const ACC_ a0_ = a_[((k_) * M + (i0_ + 0))];
+            const ACC_ a0_ = a_[((k_) * M + (r0_))];
             c0_0_ += a0_ * b0_;
             c0_1_ += a0_ * b1_;
-            const ACC_ a1_ = a_[((k_) * M + (i0_ + 1))];
+            const ACC_ a1_ = a_[((k_) * M + (r1_))];
             c1_0_ += a1_ * b0_;
             c1_1_ += a1_ * b1_;
-            const ACC_ a2_ = a_[((k_) * M + (i0_ + 2))];
+            const ACC_ a2_ = a_[((k_) * M + (r2_))];
             c2_0_ += a2_ * b0_;
             c2_1_ += a2_ * b1_;
-            const ACC_ a3_ = a_[((k_) * M + (i0_ + 3))];
+            const ACC_ a3_ = a_[((k_) * M + (r3_))];
             c3_0_ += a3_ * b0_;
             c3_1_ += a3_ * b1_;
-            const ACC_ a4_ = a_[((k_) * M + (i0_ + 4))];
+            const ACC_ a4_ = a_[((k_) * M + (r4_))];
             c4_0_ += a4_ * b0_;
             c4_1_ += a4_ * b1_;
-            const ACC_ a5_ = a_[((k_) * M + (i0_ + 5))];
+            const ACC_ a5_ = a_[((k_) * M + (r5_))];
             c5_0_ += a5_ * b0_;
             c5_1_ += a5_ * b1_;
         }
-        c[co_ + ((i0_ + 0) * N + (j0_ + 0))] = (float)(c0_0_.s0);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 1))] = (float)(c0_0_.s1);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 2))] = (float)(c0_0_.s2);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 3))] = (float)(c0_0_.s3);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 4))] = (float)(c0_0_.s4);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 5))] = (float)(c0_0_.s5);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 6))] = (float)(c0_0_.s6);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 7))] = (float)(c0_0_.s7);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 8))] = (float)(c0_1_.s0);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 9))] = (float)(c0_1_.s1);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 10))] = (float)(c0_1_.s2);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 11))] = (float)(c0_1_.s3);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 12))] = (float)(c0_1_.s4);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 13))] = (float)(c0_1_.s5);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 14))] = (float)(c0_1_.s6);
-        c[co_ + ((i0_ + 0) * N + (j0_ + 15))] = (float)(c0_1_.s7);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 0))] = (float)(c1_0_.s0);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 1))] = (float)(c1_0_.s1);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 2))] = (float)(c1_0_.s2);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 3))] = (float)(c1_0_.s3);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 4))] = (float)(c1_0_.s4);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 5))] = (float)(c1_0_.s5);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 6))] = (float)(c1_0_.s6);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 7))] = (float)(c1_0_.s7);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 8))] = (float)(c1_1_.s0);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 9))] = (float)(c1_1_.s1);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 10))] = (float)(c1_1_.s2);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 11))] = (float)(c1_1_.s3);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 12))] = (float)(c1_1_.s4);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 13))] = (float)(c1_1_.s5);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 14))] = (float)(c1_1_.s6);
-        c[co_ + ((i0_ + 1) * N + (j0_ + 15))] = (float)(c1_1_.s7);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 0))] = (float)(c2_0_.s0);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 1))] = (float)(c2_0_.s1);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 2))] = (float)(c2_0_.s2);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 3))] = (float)(c2_0_.s3);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 4))] = (float)(c2_0_.s4);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 5))] = (float)(c2_0_.s5);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 6))] = (float)(c2_0_.s6);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 7))] = (float)(c2_0_.s7);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 8))] = (float)(c2_1_.s0);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 9))] = (float)(c2_1_.s1);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 10))] = (float)(c2_1_.s2);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 11))] = (float)(c2_1_.s3);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 12))] = (float)(c2_1_.s4);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 13))] = (float)(c2_1_.s5);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 14))] = (float)(c2_1_.s6);
-        c[co_ + ((i0_ + 2) * N + (j0_ + 15))] = (float)(c2_1_.s7);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 0))] = (float)(c3_0_.s0);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 1))] = (float)(c3_0_.s1);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 2))] = (float)(c3_0_.s2);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 3))] = (float)(c3_0_.s3);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 4))] = (float)(c3_0_.s4);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 5))] = (float)(c3_0_.s5);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 6))] = (float)(c3_0_.s6);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 7))] = (float)(c3_0_.s7);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 8))] = (float)(c3_1_.s0);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 9))] = (float)(c3_1_.s1);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 10))] = (float)(c3_1_.s2);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 11))] = (float)(c3_1_.s3);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 12))] = (float)(c3_1_.s4);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 13))] = (float)(c3_1_.s5);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 14))] = (float)(c3_1_.s6);
-        c[co_ + ((i0_ + 3) * N + (j0_ + 15))] = (float)(c3_1_.s7);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 0))] = (float)(c4_0_.s0);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 1))] = (float)(c4_0_.s1);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 2))] = (float)(c4_0_.s2);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 3))] = (float)(c4_0_.s3);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 4))] = (float)(c4_0_.s4);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 5))] = (float)(c4_0_.s5);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 6))] = (float)(c4_0_.s6);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 7))] = (float)(c4_0_.s7);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 8))] = (float)(c4_1_.s0);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 9))] = (float)(c4_1_.s1);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 10))] = (float)(c4_1_.s2);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 11))] = (float)(c4_1_.s3);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 12))] = (float)(c4_1_.s4);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 13))] = (float)(c4_1_.s5);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 14))] = (float)(c4_1_.s6);
-        c[co_ + ((i0_ + 4) * N + (j0_ + 15))] = (float)(c4_1_.s7);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 0))] = (float)(c5_0_.s0);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 1))] = (float)(c5_0_.s1);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 2))] = (float)(c5_0_.s2);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 3))] = (float)(c5_0_.s3);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 4))] = (float)(c5_0_.s4);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 5))] = (float)(c5_0_.s5);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 6))] = (float)(c5_0_.s6);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 7))] = (float)(c5_0_.s7);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 8))] = (float)(c5_1_.s0);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 9))] = (float)(c5_1_.s1);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 10))] = (float)(c5_1_.s2);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 11))] = (float)(c5_1_.s3);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 12))] = (float)(c5_1_.s4);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 13))] = (float)(c5_1_.s5);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 14))] = (float)(c5_1_.s6);
-        c[co_ + ((i0_ + 5) * N + (j0_ + 15))] = (float)(c5_1_.s7);
     } else {
-        for (int i_ = i0_; i_ < i0_ + 6 && i_ < M; ++i_) {
-            for (int j_ = j0_; j_ < j0_ + 16 && j_ < N; ++j_) {
-                ACC_ acc_ = 0;
-                for (int k_ = 0; k_ < K; ++k_) {
-                    acc_ += a_[((k_) * M + (i_))] * b_[(size_t)k_ * N + j_];
-                }
-                c[co_ + ((i_) * N + (j_))] = (float)(acc_);
-            }
+        for (int k_ = 0; k_ < K; ++k_) {
+            __global const T_* brow_ = b_ + (size_t)k_ * N + j0_;
+            float bt_[16];
+            for (int j_ = 0; j_ < 16; ++j_) bt_[j_] = j_ < nr_ ? brow_[j_] : 0;
+            const float8 b0_ = *(VU_*)(bt_ + 0);
+            const float8 b1_ = *(VU_*)(bt_ + 8);
+            const ACC_ a0_ = a_[((k_) * M + (r0_))];
+            c0_0_ += a0_ * b0_;
+            c0_1_ += a0_ * b1_;
+            const ACC_ a1_ = a_[((k_) * M + (r1_))];
+            c1_0_ += a1_ * b0_;
+            c1_1_ += a1_ * b1_;
+            const ACC_ a2_ = a_[((k_) * M + (r2_))];
+            c2_0_ += a2_ * b0_;
+            c2_1_ += a2_ * b1_;
+            const ACC_ a3_ = a_[((k_) * M + (r3_))];
+            c3_0_ += a3_ * b0_;
+            c3_1_ += a3_ * b1_;
+            const ACC_ a4_ = a_[((k_) * M + (r4_))];
+            c4_0_ += a4_ * b0_;
+            c4_1_ += a4_ * b1_;
+            const ACC_ a5_ = a_[((k_) * M + (r5_))];
+            c5_0_ += a5_ * b0_;
+            c5_1_ += a5_ * b1_;
+        }
+    }
+    /* a whole block (of gemm: without a bias term): vector stores */
+    if (i0_ + 6 <= M && nr_ == 16) {
+        __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
+        *(__global VU_*)(c_ + (size_t)0 * N + 0) = c0_0_;
+        *(__global VU_*)(c_ + (size_t)0 * N + 8) = c0_1_;
+        *(__global VU_*)(c_ + (size_t)1 * N + 0) = c1_0_;
+        *(__global VU_*)(c_ + (size_t)1 * N + 8) = c1_1_;
+        *(__global VU_*)(c_ + (size_t)2 * N + 0) = c2_0_;
+        *(__global VU_*)(c_ + (size_t)2 * N + 8) = c2_1_;
+        *(__global VU_*)(c_ + (size_t)3 * N + 0) = c3_0_;
+        *(__global VU_*)(c_ + (size_t)3 * N + 8) = c3_1_;
+        *(__global VU_*)(c_ + (size_t)4 * N + 0) = c4_0_;
+        *(__global VU_*)(c_ + (size_t)4 * N + 8) = c4_1_;
+        *(__global VU_*)(c_ + (size_t)5 * N + 0) = c5_0_;
+        *(__global VU_*)(c_ + (size_t)5 * N + 8) = c5_1_;
+        return;
+    }
+    /* an edge block, and gemm with a bias term: element by element */
+    if (i0_ + 0 < M) {
+        float row_[16];
+        *(VU_*)(row_ + 0) = c0_0_;
+        *(VU_*)(row_ + 8) = c0_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 0) * N + (j0_ + j_))] = (float)(row_[j_]);
+        }
+    }
+    if (i0_ + 1 < M) {
+        float row_[16];
+        *(VU_*)(row_ + 0) = c1_0_;
+        *(VU_*)(row_ + 8) = c1_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 1) * N + (j0_ + j_))] = (float)(row_[j_]);
+        }
+    }
+    if (i0_ + 2 < M) {
+        float row_[16];
+        *(VU_*)(row_ + 0) = c2_0_;
+        *(VU_*)(row_ + 8) = c2_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 2) * N + (j0_ + j_))] = (float)(row_[j_]);
+        }
+    }
+    if (i0_ + 3 < M) {
+        float row_[16];
+        *(VU_*)(row_ + 0) = c3_0_;
+        *(VU_*)(row_ + 8) = c3_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 3) * N + (j0_ + j_))] = (float)(row_[j_]);
+        }
+    }
+    if (i0_ + 4 < M) {
+        float row_[16];
+        *(VU_*)(row_ + 0) = c4_0_;
+        *(VU_*)(row_ + 8) = c4_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 4) * N + (j0_ + j_))] = (float)(row_[j_]);
+        }
+    }
+    if (i0_ + 5 < M) {
+        float row_[16];
+        *(VU_*)(row_ + 0) = c5_0_;
+        *(VU_*)(row_ + 8) = c5_1_;
+        for (int j_ = 0; j_ < nr_; ++j_) {
+            c[co_ + ((i0_ + 5) * N + (j0_ + j_))] = (float)(row_[j_]);
         }
     }
 }
