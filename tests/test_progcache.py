@@ -105,8 +105,9 @@ def _damage(entry: Path, how: str, at: float) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("how", "at"),
-    [("truncate", f) for f in (0.0, 0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99)]
-    + [("flip", f) for f in (0.0, 0.02, 0.2, 0.5, 0.8, 0.98)],
+    # a cut or flip at the start, in the header, in the middle and at the end: the checksum
+    # covers every byte alike (each case is three fresh processes, ~5 s of the suite)
+    [("truncate", f) for f in (0.0, 0.01, 0.5, 0.99)] + [("flip", f) for f in (0.0, 0.5, 0.98)],
 )
 def test_damaged_entry_is_removed_and_rebuilt_not_trusted(tmp_path: Path, how: str, at: float):
     """Damage that would crash PoCL (a truncated or bit-flipped binary) never reaches it: the
