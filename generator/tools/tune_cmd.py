@@ -7,10 +7,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from generator.core.tree import Tree
 from generator.errors import UsageError
+
+if TYPE_CHECKING:
+    from generator.params.database import Entry
 
 
 def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignore[type-arg]
@@ -57,10 +62,10 @@ def cmd_tune(args: argparse.Namespace, tree: Tree) -> int:
         merged.save(Path(args.merge[0]))
         print(f"merged {args.merge[1]} into {args.merge[0]}: {len(merged.entries)} entries")
         return 0
-    if args.prune:
-        return _prune(reg)
-    if args.check:
+    if args.check or args.prune:
         stale = stale_entries(reg, load_folders(reg.tuning_folders()))
+        if args.prune:
+            return _prune(stale)
         for path, e, why in stale:
             print(f"{path}: {e.instance} bucket {e.bucket}: stale ({why})")
         print(f"{len(stale)} stale entries", file=sys.stderr)
@@ -68,23 +73,20 @@ def cmd_tune(args: argparse.Namespace, tree: Tree) -> int:
     return _run(args, tree, reg)
 
 
-def _prune(reg) -> int:  # type: ignore[no-untyped-def]
-    """Rewrite each tuning file that holds stale entries without them."""
-    from dataclasses import replace
+def _prune(stale: list[tuple[str, Entry, str]]) -> int:
+    """Rewrite each tuning file that holds stale entries (`stale`: file, entry, why) without
+    them."""
+    from generator.params.database import load
 
-    from generator.params.database import load_folders
-    from generator.tune.tuner import stale_entries
-
-    dropped = 0
-    for f in load_folders(reg.tuning_folders()):
-        stale = {id(e) for _, e, _ in stale_entries(reg, (f,))}
-        if not stale or f.path is None:
-            continue
-        kept = tuple(e for e in f.entries if id(e) not in stale)
-        replace(f, entries=kept).save(f.path)
-        print(f"{f.path}: dropped {len(stale)} stale entries, kept {len(kept)}")
-        dropped += len(stale)
-    print(f"{dropped} stale entries dropped", file=sys.stderr)
+    by_file: dict[str, set[Entry]] = {}
+    for path, e, _ in stale:
+        by_file.setdefault(path, set()).add(e)
+    for path, gone in sorted(by_file.items()):
+        f = load(Path(path))
+        kept = tuple(e for e in f.entries if e not in gone)
+        replace(f, entries=kept).save(Path(path))
+        print(f"{path}: dropped {len(gone)} stale entries, kept {len(kept)}")
+    print(f"{len(stale)} stale entries dropped", file=sys.stderr)
     return 0
 
 
