@@ -96,6 +96,11 @@ _CONV_CASES = (
     _conv(1, 3, 6, 37, 3, 3, 3, groups=3, pad_h=1, pad_w=1),  # depthwise, rows of 37
     _conv(1, 2, 9, 19, 8, 3, 3, groups=2, pad_h=1, pad_w=1),  # depthwise, channel multiplier 4
     _conv(2, 4, 5, 41, 8, 3, 3, groups=4, stride_h=2, stride_w=2, pad_h=1, pad_w=1),  # x2, /2
+    _conv(1, 4, 21, 23, 4, 3, 3, groups=4, pad_h=1, pad_w=1),  # depthwise: 21 rows, blocks of rows
+    _conv(2, 3, 26, 29, 6, 3, 3, groups=3, stride_h=2, stride_w=2, pad_h=1, pad_w=1),
+    _conv(1, 2, 25, 34, 2, 3, 3, groups=2, dil_h=2, dil_w=2, pad_h=2, pad_w=2),  # depthwise, dil 2
+    _conv(1, 3, 19, 40, 3, 5, 5, groups=3, pad_h=2, pad_w=1),  # depthwise 5x5, uneven padding
+    _conv(1, 2, 17, 20, 2, 3, 3, groups=2),  # depthwise, no padding: every row inside
     _conv(1, 6, 7, 29, 9, 3, 3, groups=3, pad_h=1, pad_w=1),  # groups of 2 -> 3 channels
     _conv(1, 34, 9, 11, 38, 3, 3, groups=2, pad_h=1, pad_w=1),  # groups of 17 -> 19 channels
     _conv(2, 48, 7, 5, 102, 1, 1, groups=3, stride_h=2),  # groups of 16 -> 34, 1x1 /2

@@ -30,12 +30,12 @@ __kernel void conv2d__cpu_depthwise__f64__x_row__y_row(
     const int groups
 )
 {
-    const int oh0_ = get_global_id(0) * 1;
+    const int oh0_ = get_global_id(0) * 4;
     const int kb_ = get_global_id(1) * 1;
     const int n_ = get_global_id(2);
     /* the KB channels lie in one group (the spec's guard: KB divides K / groups) */
     const int c0_ = (kb_ / (K / groups)) * CG;
-    const int ohend_ = min(oh0_ + 1, OH);
+    const int ohend_ = min(oh0_ + 4, OH);
     const ACC_ bias0_ = (ACC_)bias[kb_ + 0];
     /* the row's interior [ow_lo_, ow_hi_): every tap of those output pixels is inside the input
        row (stride 2 loads one element past the last tap) */
@@ -45,136 +45,1289 @@ __kernel void conv2d__cpu_depthwise__f64__x_row__y_row(
     const int nfast_ = max(ow_hi_ - ow_lo_, 0) / 8;
     const int fast_end_ = ow_lo_ + nfast_ * 8;
     const int fast_nb_end_ = ow_lo_ + (nfast_ / 2) * 16;
-    for (int oh_ = oh0_; oh_ < ohend_; ++oh_) {
+    /* where the scalar pixels of the row's end start: past the last vector */
+    const int tail_ = nfast_ > 0 ? ow_hi_ : ow_lo_;
+    /* the interior rows [oh_lo_, oh_hi_): every filter row of those output rows is inside the
+       input; the work-item's own interior rows [own_lo_, own_hi_) */
+    const int oh_lo_ = min((pad_h + stride_h - 1) / stride_h, OH);
+    const int room_h_ = H - 1 + pad_h - (R - 1) * dil_h;
+    const int oh_hi_ = room_h_ < 0 ? 0 : min(OH, room_h_ / stride_h + 1);
+    const int own_lo_ = max(oh0_, oh_lo_);
+    const int own_hi_ = min(ohend_, oh_hi_);
+    int first_ = oh0_;
+    if (own_lo_ < own_hi_ && oh_hi_ - oh_lo_ >= 4) {
+        /* TH interior rows from oh_ on cover the work-item's own (their number is at most TH) */
+        const int oh_ = min(own_lo_, oh_hi_ - 4);
         for (int ow_ = 0; ow_ < ow_lo_; ++ow_) {
-            ACC_ a0_ = bias0_;
+            ACC_ a0_0_ = bias0_;
+            ACC_ a0_1_ = bias0_;
+            ACC_ a0_2_ = bias0_;
+            ACC_ a0_3_ = bias0_;
             for (int c_ = 0; c_ < CG; ++c_) {
                 for (int r_ = 0; r_ < R; ++r_) {
-                    const int ih_ = oh_ * stride_h - pad_h + r_ * dil_h;
-                    if (ih_ < 0 || ih_ >= H) {
-                        continue;
-                    }
-                    __global const T_* xrow_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih_)) * W + (0));
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
                     for (int s_ = 0; s_ < S; ++s_) {
                         const int iw_ = ow_ * stride_w - pad_w + s_ * dil_w;
                         if (iw_ < 0 || iw_ >= W) {
                             continue;
                         }
-                        const ACC_ v_ = (ACC_)xrow_[iw_];
-                        a0_ += v_ * (ACC_)w[(((size_t)(kb_ + 0) * CG + c_) * R + r_) * S + s_];
+                        const ACC_ w0_ = (ACC_)wt0_[s_];
+                        {
+                            const ACC_ v_ = (ACC_)xrow0_[iw_];
+                            a0_0_ += v_ * w0_;
+                        }
+                        {
+                            const ACC_ v_ = (ACC_)xrow1_[iw_];
+                            a0_1_ += v_ * w0_;
+                        }
+                        {
+                            const ACC_ v_ = (ACC_)xrow2_[iw_];
+                            a0_2_ += v_ * w0_;
+                        }
+                        {
+                            const ACC_ v_ = (ACC_)xrow3_[iw_];
+                            a0_3_ += v_ * w0_;
+                        }
                     }
                 }
             }
-            y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_)) * OW + (ow_))] = (T_)a0_;
+            if (oh_ + 0 >= own_lo_ && oh_ + 0 < own_hi_) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow_))] = (T_)a0_0_;
+            }
+            if (oh_ + 1 >= own_lo_ && oh_ + 1 < own_hi_) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 1)) * OW + (ow_))] = (T_)a0_1_;
+            }
+            if (oh_ + 2 >= own_lo_ && oh_ + 2 < own_hi_) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 2)) * OW + (ow_))] = (T_)a0_2_;
+            }
+            if (oh_ + 3 >= own_lo_ && oh_ + 3 < own_hi_) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 3)) * OW + (ow_))] = (T_)a0_3_;
+            }
         }
-        for (int ow0_ = ow_lo_; ow0_ < fast_nb_end_; ow0_ += 16) {
-                double8 acc0_0_ = (double8)(bias0_);
-                double8 acc0_1_ = (double8)(bias0_);
+        for (int ow0_ = ow_lo_; ow0_ < fast_nb_end_; ow0_ += 16)
+            {
+                double8 acc0_0_0_ = (double8)(bias0_);
+                double8 acc0_0_1_ = (double8)(bias0_);
+                double8 acc0_1_0_ = (double8)(bias0_);
+                double8 acc0_1_1_ = (double8)(bias0_);
+                double8 acc0_2_0_ = (double8)(bias0_);
+                double8 acc0_2_1_ = (double8)(bias0_);
+                double8 acc0_3_0_ = (double8)(bias0_);
+                double8 acc0_3_1_ = (double8)(bias0_);
+if (stride_w == 1) {
                 for (int c_ = 0; c_ < CG; ++c_) {
                     for (int r_ = 0; r_ < R; ++r_) {
-                        const int ih_ = oh_ * stride_h - pad_h + r_ * dil_h;
-                        if (ih_ < 0 || ih_ >= H) {
-                            continue;
-                        }
-                        __global const T_* xrow_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih_)) * W + (0));
-                        __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
                         for (int s_ = 0; s_ < S; ++s_) {
                             const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
                             const ACC_ w0_ = (ACC_)wt0_[s_];
-                            double8 xv0_;
                             {
-                                __global const T_* xp_ = xrow_ + iw0_ + 0 * stride_w;
-                                if (stride_w == 1) {
-                                    xv0_ = *(__global const VU_*)xp_;
-                                } else if (stride_w == 2) {
-                                    const VU_ lo_ = *(__global const VU_*)xp_;
-                                    const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
-                                    xv0_ = (double8)(lo_.even, hi_.even);
-                                } else {
-                                    xv0_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
-                                }
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_0_ += xv_ * w0_;
                             }
-                            acc0_0_ += xv0_ * w0_;
-                            double8 xv1_;
                             {
-                                __global const T_* xp_ = xrow_ + iw0_ + 8 * stride_w;
-                                if (stride_w == 1) {
-                                    xv1_ = *(__global const VU_*)xp_;
-                                } else if (stride_w == 2) {
-                                    const VU_ lo_ = *(__global const VU_*)xp_;
-                                    const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
-                                    xv1_ = (double8)(lo_.even, hi_.even);
-                                } else {
-                                    xv1_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
-                                }
+                                __global const T_* xp_ = xrow0_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_1_ += xv_ * w0_;
                             }
-                            acc0_1_ += xv1_ * w0_;
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_1_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_1_1_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_2_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_2_1_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_3_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_3_1_ += xv_ * w0_;
+                            }
                         }
                     }
                 }
-                {
-                    __global T_* yrow_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_)) * OW + (ow0_));
-                    *(__global VU_*)(yrow_ + 0) = acc0_0_;
-                    *(__global VU_*)(yrow_ + 8) = acc0_1_;
-                }
-
-        }
-        for (int ow0_ = fast_nb_end_; ow0_ < fast_end_; ow0_ += 8) {
-                double8 acc0_0_ = (double8)(bias0_);
+                } else if (stride_w == 2) {
                 for (int c_ = 0; c_ < CG; ++c_) {
                     for (int r_ = 0; r_ < R; ++r_) {
-                        const int ih_ = oh_ * stride_h - pad_h + r_ * dil_h;
-                        if (ih_ < 0 || ih_ >= H) {
-                            continue;
-                        }
-                        __global const T_* xrow_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih_)) * W + (0));
-                        __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
                         for (int s_ = 0; s_ < S; ++s_) {
                             const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
                             const ACC_ w0_ = (ACC_)wt0_[s_];
-                            double8 xv0_;
                             {
-                                __global const T_* xp_ = xrow_ + iw0_ + 0 * stride_w;
-                                if (stride_w == 1) {
-                                    xv0_ = *(__global const VU_*)xp_;
-                                } else if (stride_w == 2) {
-                                    const VU_ lo_ = *(__global const VU_*)xp_;
-                                    const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
-                                    xv0_ = (double8)(lo_.even, hi_.even);
-                                } else {
-                                    xv0_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
-                                }
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_0_ += xv_ * w0_;
                             }
-                            acc0_0_ += xv0_ * w0_;
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 8 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_1_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_1_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 8 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_1_1_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_2_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 8 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_2_1_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_3_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 8 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_3_1_ += xv_ * w0_;
+                            }
                         }
                     }
                 }
-                {
-                    __global T_* yrow_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_)) * OW + (ow0_));
-                    *(__global VU_*)(yrow_ + 0) = acc0_0_;
-                }
+                } else {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
 
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_1_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_1_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_1_1_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_2_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_2_1_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_3_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_3_1_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                }
+                if (oh_ + 0 >= own_lo_ && oh_ + 0 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_0_0_;
+                    *(__global VU_*)(yrow0_ + 8) = acc0_0_1_;
+                }
+                if (oh_ + 1 >= own_lo_ && oh_ + 1 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 1)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_1_0_;
+                    *(__global VU_*)(yrow0_ + 8) = acc0_1_1_;
+                }
+                if (oh_ + 2 >= own_lo_ && oh_ + 2 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 2)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_2_0_;
+                    *(__global VU_*)(yrow0_ + 8) = acc0_2_1_;
+                }
+                if (oh_ + 3 >= own_lo_ && oh_ + 3 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 3)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_3_0_;
+                    *(__global VU_*)(yrow0_ + 8) = acc0_3_1_;
+                }
+            }
+        for (int ow0_ = fast_nb_end_; ow0_ < fast_end_; ow0_ += 8)
+            {
+                double8 acc0_0_0_ = (double8)(bias0_);
+                double8 acc0_1_0_ = (double8)(bias0_);
+                double8 acc0_2_0_ = (double8)(bias0_);
+                double8 acc0_3_0_ = (double8)(bias0_);
+if (stride_w == 1) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_1_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_2_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_3_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else if (stride_w == 2) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_1_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_2_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_3_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_1_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_2_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_3_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                }
+                if (oh_ + 0 >= own_lo_ && oh_ + 0 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_0_0_;
+                }
+                if (oh_ + 1 >= own_lo_ && oh_ + 1 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 1)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_1_0_;
+                }
+                if (oh_ + 2 >= own_lo_ && oh_ + 2 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 2)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_2_0_;
+                }
+                if (oh_ + 3 >= own_lo_ && oh_ + 3 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 3)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_3_0_;
+                }
+            }
+        if (fast_end_ < ow_hi_ && nfast_ > 0) {
+            const int ow0_ = ow_hi_ - 8;
+            {
+                double8 acc0_0_0_ = (double8)(bias0_);
+                double8 acc0_1_0_ = (double8)(bias0_);
+                double8 acc0_2_0_ = (double8)(bias0_);
+                double8 acc0_3_0_ = (double8)(bias0_);
+if (stride_w == 1) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_1_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_2_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_3_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else if (stride_w == 2) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_1_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_2_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_3_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow1_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_1_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow2_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_2_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow3_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_3_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                }
+                if (oh_ + 0 >= own_lo_ && oh_ + 0 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_0_0_;
+                }
+                if (oh_ + 1 >= own_lo_ && oh_ + 1 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 1)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_1_0_;
+                }
+                if (oh_ + 2 >= own_lo_ && oh_ + 2 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 2)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_2_0_;
+                }
+                if (oh_ + 3 >= own_lo_ && oh_ + 3 < own_hi_) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 3)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_3_0_;
+                }
+            }
         }
-        for (int ow_ = fast_end_; ow_ < OW; ++ow_) {
-            ACC_ a0_ = bias0_;
+        for (int ow_ = tail_; ow_ < OW; ++ow_) {
+            ACC_ a0_0_ = bias0_;
+            ACC_ a0_1_ = bias0_;
+            ACC_ a0_2_ = bias0_;
+            ACC_ a0_3_ = bias0_;
             for (int c_ = 0; c_ < CG; ++c_) {
                 for (int r_ = 0; r_ < R; ++r_) {
-                    const int ih_ = oh_ * stride_h - pad_h + r_ * dil_h;
-                    if (ih_ < 0 || ih_ >= H) {
-                        continue;
-                    }
-                    __global const T_* xrow_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih_)) * W + (0));
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+                    const int ih1_ = (oh_ + 1) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow1_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih1_)) * W + (0));
+                    const int ih2_ = (oh_ + 2) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow2_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih2_)) * W + (0));
+                    const int ih3_ = (oh_ + 3) * stride_h - pad_h + r_ * dil_h;
+                    __global const T_* xrow3_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih3_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
                     for (int s_ = 0; s_ < S; ++s_) {
                         const int iw_ = ow_ * stride_w - pad_w + s_ * dil_w;
                         if (iw_ < 0 || iw_ >= W) {
                             continue;
                         }
-                        const ACC_ v_ = (ACC_)xrow_[iw_];
-                        a0_ += v_ * (ACC_)w[(((size_t)(kb_ + 0) * CG + c_) * R + r_) * S + s_];
+                        const ACC_ w0_ = (ACC_)wt0_[s_];
+                        {
+                            const ACC_ v_ = (ACC_)xrow0_[iw_];
+                            a0_0_ += v_ * w0_;
+                        }
+                        {
+                            const ACC_ v_ = (ACC_)xrow1_[iw_];
+                            a0_1_ += v_ * w0_;
+                        }
+                        {
+                            const ACC_ v_ = (ACC_)xrow2_[iw_];
+                            a0_2_ += v_ * w0_;
+                        }
+                        {
+                            const ACC_ v_ = (ACC_)xrow3_[iw_];
+                            a0_3_ += v_ * w0_;
+                        }
                     }
                 }
             }
-            y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_)) * OW + (ow_))] = (T_)a0_;
+            if (oh_ + 0 >= own_lo_ && oh_ + 0 < own_hi_) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow_))] = (T_)a0_0_;
+            }
+            if (oh_ + 1 >= own_lo_ && oh_ + 1 < own_hi_) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 1)) * OW + (ow_))] = (T_)a0_1_;
+            }
+            if (oh_ + 2 >= own_lo_ && oh_ + 2 < own_hi_) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 2)) * OW + (ow_))] = (T_)a0_2_;
+            }
+            if (oh_ + 3 >= own_lo_ && oh_ + 3 < own_hi_) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 3)) * OW + (ow_))] = (T_)a0_3_;
+            }
+        }
+        for (int oh_ = oh0_; oh_ < own_lo_; ++oh_) {
+        for (int ow_ = 0; ow_ < ow_lo_; ++ow_) {
+            ACC_ a0_0_ = bias0_;
+            for (int c_ = 0; c_ < CG; ++c_) {
+                for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                    for (int s_ = 0; s_ < S; ++s_) {
+                        const int iw_ = ow_ * stride_w - pad_w + s_ * dil_w;
+                        if (iw_ < 0 || iw_ >= W) {
+                            continue;
+                        }
+                        const ACC_ w0_ = (ACC_)wt0_[s_];
+                        {
+                            const ACC_ v_ = (ACC_)xrow0_[iw_];
+                            a0_0_ += v_ * w0_;
+                        }
+                    }
+                }
+            }
+            if (1) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow_))] = (T_)a0_0_;
+            }
+        }
+        for (int ow0_ = ow_lo_; ow0_ < fast_nb_end_; ow0_ += 16)
+            {
+                double8 acc0_0_0_ = (double8)(bias0_);
+                double8 acc0_0_1_ = (double8)(bias0_);
+if (stride_w == 1) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_1_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else if (stride_w == 2) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 8 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_1_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_1_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                }
+                if (1) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_0_0_;
+                    *(__global VU_*)(yrow0_ + 8) = acc0_0_1_;
+                }
+            }
+        for (int ow0_ = fast_nb_end_; ow0_ < fast_end_; ow0_ += 8)
+            {
+                double8 acc0_0_0_ = (double8)(bias0_);
+if (stride_w == 1) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else if (stride_w == 2) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                }
+                if (1) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_0_0_;
+                }
+            }
+        if (fast_end_ < ow_hi_ && nfast_ > 0) {
+            const int ow0_ = ow_hi_ - 8;
+            {
+                double8 acc0_0_0_ = (double8)(bias0_);
+if (stride_w == 1) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else if (stride_w == 2) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                }
+                if (1) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_0_0_;
+                }
+            }
+        }
+        for (int ow_ = tail_; ow_ < OW; ++ow_) {
+            ACC_ a0_0_ = bias0_;
+            for (int c_ = 0; c_ < CG; ++c_) {
+                for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                    for (int s_ = 0; s_ < S; ++s_) {
+                        const int iw_ = ow_ * stride_w - pad_w + s_ * dil_w;
+                        if (iw_ < 0 || iw_ >= W) {
+                            continue;
+                        }
+                        const ACC_ w0_ = (ACC_)wt0_[s_];
+                        {
+                            const ACC_ v_ = (ACC_)xrow0_[iw_];
+                            a0_0_ += v_ * w0_;
+                        }
+                    }
+                }
+            }
+            if (1) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow_))] = (T_)a0_0_;
+            }
+        }
+        }
+        first_ = own_hi_;
+    }
+    for (int oh_ = first_; oh_ < ohend_; ++oh_) {
+        for (int ow_ = 0; ow_ < ow_lo_; ++ow_) {
+            ACC_ a0_0_ = bias0_;
+            for (int c_ = 0; c_ < CG; ++c_) {
+                for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                    for (int s_ = 0; s_ < S; ++s_) {
+                        const int iw_ = ow_ * stride_w - pad_w + s_ * dil_w;
+                        if (iw_ < 0 || iw_ >= W) {
+                            continue;
+                        }
+                        const ACC_ w0_ = (ACC_)wt0_[s_];
+                        {
+                            const ACC_ v_ = (ACC_)xrow0_[iw_];
+                            a0_0_ += v_ * w0_;
+                        }
+                    }
+                }
+            }
+            if (1) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow_))] = (T_)a0_0_;
+            }
+        }
+        for (int ow0_ = ow_lo_; ow0_ < fast_nb_end_; ow0_ += 16)
+            {
+                double8 acc0_0_0_ = (double8)(bias0_);
+                double8 acc0_0_1_ = (double8)(bias0_);
+if (stride_w == 1) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_1_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else if (stride_w == 2) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 8 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_1_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 8 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_1_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                }
+                if (1) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_0_0_;
+                    *(__global VU_*)(yrow0_ + 8) = acc0_0_1_;
+                }
+            }
+        for (int ow0_ = fast_nb_end_; ow0_ < fast_end_; ow0_ += 8)
+            {
+                double8 acc0_0_0_ = (double8)(bias0_);
+if (stride_w == 1) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else if (stride_w == 2) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                }
+                if (1) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_0_0_;
+                }
+            }
+        if (fast_end_ < ow_hi_ && nfast_ > 0) {
+            const int ow0_ = ow_hi_ - 8;
+            {
+                double8 acc0_0_0_ = (double8)(bias0_);
+if (stride_w == 1) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = *(__global const VU_*)xp_;
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else if (stride_w == 2) {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const VU_ lo_ = *(__global const VU_*)xp_;
+                                const VU_ hi_ = *(__global const VU_*)(xp_ + 8);
+                                const double8 xv_ = (double8)(lo_.even, hi_.even);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                } else {
+                for (int c_ = 0; c_ < CG; ++c_) {
+                    for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                        for (int s_ = 0; s_ < S; ++s_) {
+                            const int iw0_ = ow0_ * stride_w - pad_w + s_ * dil_w;
+                            const ACC_ w0_ = (ACC_)wt0_[s_];
+                            {
+                                __global const T_* xp_ = xrow0_ + iw0_ + 0 * stride_w;
+                                const double8 xv_ = (double8)(xp_[0 * stride_w], xp_[1 * stride_w], xp_[2 * stride_w], xp_[3 * stride_w], xp_[4 * stride_w], xp_[5 * stride_w], xp_[6 * stride_w], xp_[7 * stride_w]);
+                                acc0_0_0_ += xv_ * w0_;
+                            }
+                        }
+                    }
+                }
+                }
+                if (1) {
+                    __global T_* yrow0_ = y + ((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow0_));
+                    *(__global VU_*)(yrow0_ + 0) = acc0_0_0_;
+                }
+            }
+        }
+        for (int ow_ = tail_; ow_ < OW; ++ow_) {
+            ACC_ a0_0_ = bias0_;
+            for (int c_ = 0; c_ < CG; ++c_) {
+                for (int r_ = 0; r_ < R; ++r_) {
+                    const int ih0_ = (oh_ + 0) * stride_h - pad_h + r_ * dil_h;
+                    if (ih0_ < 0 || ih0_ >= H) {
+                        continue;
+                    }
+                    __global const T_* xrow0_ = x + ((((size_t)(n_) * C + (c0_ + c_)) * H + (ih0_)) * W + (0));
+
+                    __global const T_* wt0_ = w + (((size_t)(kb_ + 0) * CG + c_) * R + r_) * S;
+
+                    for (int s_ = 0; s_ < S; ++s_) {
+                        const int iw_ = ow_ * stride_w - pad_w + s_ * dil_w;
+                        if (iw_ < 0 || iw_ >= W) {
+                            continue;
+                        }
+                        const ACC_ w0_ = (ACC_)wt0_[s_];
+                        {
+                            const ACC_ v_ = (ACC_)xrow0_[iw_];
+                            a0_0_ += v_ * w0_;
+                        }
+                    }
+                }
+            }
+            if (1) {
+                y[((((size_t)(n_) * K + (kb_ + 0)) * OH + (oh_ + 0)) * OW + (ow_))] = (T_)a0_0_;
+            }
         }
     }
 }
