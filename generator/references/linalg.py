@@ -83,6 +83,8 @@ PERMUTE_CASES = (
     _pm((11, 13, 1, 17), (0, 1, 2, 3)),  # a copy
     _pm((1, 1, 3, 2053), (0, 1, 2, 3)),  # rows longer than the cpu variant's TC
     _pm((1, 1, 2053, 5), (0, 1, 3, 2)),
+    _pm((2, 3, 24, 40), (0, 1, 3, 2)),  # batched transposes of whole 8 x 8 blocks
+    _pm((1, 64, 9, 16), (0, 2, 3, 1)),  # NCHW -> NHWC, 64 channels
     _pm((0, 3, 4, 5), (3, 2, 1, 0)),
     _pm((4, 3, 0, 5), (0, 1, 3, 2)),
 )

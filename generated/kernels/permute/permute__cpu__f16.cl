@@ -4,6 +4,8 @@ typedef half T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
+typedef ushort BV_ __attribute__((ext_vector_type(16)));
+typedef ushort BVU_ __attribute__((ext_vector_type(16), aligned(sizeof(ushort))));
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void permute__cpu__f16(
     __global const half* restrict x,
@@ -48,6 +50,143 @@ __kernel void permute__cpu__f16(
             __global B_* yr_ = yb_ + e2_ * E3;
             for (size_t e3_ = e3lo_; e3_ < e3hi_; ++e3_) {
                 yr_[e3_] = xr_[e3_];
+            }
+        }
+        return;
+    }
+    if (s2_ == 1) {
+        /* a transpose of x's last axis into y's rows: TV x TV blocks (TV elements: a cache line
+           where a vector of them fits), TV vector loads along x's rows, log2(TV) rounds of
+           even/odd unshuffles (each a perfect unshuffle of the block's elements, which rotates
+           their index bits by one: log2(TV) of them turn rows into columns), TV vector stores
+           along y's rows, streaming when y's rows are whole blocks (then every one starts
+           aligned) and y has NT_MIN elements or more; partial blocks element by element */
+        const bool nt_ = E3 % 16 == 0 && (size_t)E0 * E1 * E2 * E3 >= 4194304;
+        for (size_t t3_ = e3lo_; t3_ < e3hi_; t3_ += 16) {
+            for (size_t t2_ = e2lo_; t2_ < e2hi_; t2_ += 16) {
+                if (t3_ + 16 <= e3hi_ && t2_ + 16 <= e2hi_) {
+                    const BV_ b0r0_ = *(__global const BVU_*)(xb_ + (t3_ + 0) * s3_ + t2_);
+                    const BV_ b1r0_ = *(__global const BVU_*)(xb_ + (t3_ + 1) * s3_ + t2_);
+                    const BV_ b2r0_ = *(__global const BVU_*)(xb_ + (t3_ + 2) * s3_ + t2_);
+                    const BV_ b3r0_ = *(__global const BVU_*)(xb_ + (t3_ + 3) * s3_ + t2_);
+                    const BV_ b4r0_ = *(__global const BVU_*)(xb_ + (t3_ + 4) * s3_ + t2_);
+                    const BV_ b5r0_ = *(__global const BVU_*)(xb_ + (t3_ + 5) * s3_ + t2_);
+                    const BV_ b6r0_ = *(__global const BVU_*)(xb_ + (t3_ + 6) * s3_ + t2_);
+                    const BV_ b7r0_ = *(__global const BVU_*)(xb_ + (t3_ + 7) * s3_ + t2_);
+                    const BV_ b8r0_ = *(__global const BVU_*)(xb_ + (t3_ + 8) * s3_ + t2_);
+                    const BV_ b9r0_ = *(__global const BVU_*)(xb_ + (t3_ + 9) * s3_ + t2_);
+                    const BV_ b10r0_ = *(__global const BVU_*)(xb_ + (t3_ + 10) * s3_ + t2_);
+                    const BV_ b11r0_ = *(__global const BVU_*)(xb_ + (t3_ + 11) * s3_ + t2_);
+                    const BV_ b12r0_ = *(__global const BVU_*)(xb_ + (t3_ + 12) * s3_ + t2_);
+                    const BV_ b13r0_ = *(__global const BVU_*)(xb_ + (t3_ + 13) * s3_ + t2_);
+                    const BV_ b14r0_ = *(__global const BVU_*)(xb_ + (t3_ + 14) * s3_ + t2_);
+                    const BV_ b15r0_ = *(__global const BVU_*)(xb_ + (t3_ + 15) * s3_ + t2_);
+                    const BV_ b0r1_ = __builtin_shufflevector(b0r0_, b1r0_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b8r1_ = __builtin_shufflevector(b0r0_, b1r0_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b1r1_ = __builtin_shufflevector(b2r0_, b3r0_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b9r1_ = __builtin_shufflevector(b2r0_, b3r0_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b2r1_ = __builtin_shufflevector(b4r0_, b5r0_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b10r1_ = __builtin_shufflevector(b4r0_, b5r0_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b3r1_ = __builtin_shufflevector(b6r0_, b7r0_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b11r1_ = __builtin_shufflevector(b6r0_, b7r0_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b4r1_ = __builtin_shufflevector(b8r0_, b9r0_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b12r1_ = __builtin_shufflevector(b8r0_, b9r0_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b5r1_ = __builtin_shufflevector(b10r0_, b11r0_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b13r1_ = __builtin_shufflevector(b10r0_, b11r0_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b6r1_ = __builtin_shufflevector(b12r0_, b13r0_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b14r1_ = __builtin_shufflevector(b12r0_, b13r0_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b7r1_ = __builtin_shufflevector(b14r0_, b15r0_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b15r1_ = __builtin_shufflevector(b14r0_, b15r0_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b0r2_ = __builtin_shufflevector(b0r1_, b1r1_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b8r2_ = __builtin_shufflevector(b0r1_, b1r1_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b1r2_ = __builtin_shufflevector(b2r1_, b3r1_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b9r2_ = __builtin_shufflevector(b2r1_, b3r1_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b2r2_ = __builtin_shufflevector(b4r1_, b5r1_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b10r2_ = __builtin_shufflevector(b4r1_, b5r1_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b3r2_ = __builtin_shufflevector(b6r1_, b7r1_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b11r2_ = __builtin_shufflevector(b6r1_, b7r1_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b4r2_ = __builtin_shufflevector(b8r1_, b9r1_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b12r2_ = __builtin_shufflevector(b8r1_, b9r1_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b5r2_ = __builtin_shufflevector(b10r1_, b11r1_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b13r2_ = __builtin_shufflevector(b10r1_, b11r1_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b6r2_ = __builtin_shufflevector(b12r1_, b13r1_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b14r2_ = __builtin_shufflevector(b12r1_, b13r1_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b7r2_ = __builtin_shufflevector(b14r1_, b15r1_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b15r2_ = __builtin_shufflevector(b14r1_, b15r1_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b0r3_ = __builtin_shufflevector(b0r2_, b1r2_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b8r3_ = __builtin_shufflevector(b0r2_, b1r2_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b1r3_ = __builtin_shufflevector(b2r2_, b3r2_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b9r3_ = __builtin_shufflevector(b2r2_, b3r2_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b2r3_ = __builtin_shufflevector(b4r2_, b5r2_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b10r3_ = __builtin_shufflevector(b4r2_, b5r2_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b3r3_ = __builtin_shufflevector(b6r2_, b7r2_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b11r3_ = __builtin_shufflevector(b6r2_, b7r2_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b4r3_ = __builtin_shufflevector(b8r2_, b9r2_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b12r3_ = __builtin_shufflevector(b8r2_, b9r2_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b5r3_ = __builtin_shufflevector(b10r2_, b11r2_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b13r3_ = __builtin_shufflevector(b10r2_, b11r2_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b6r3_ = __builtin_shufflevector(b12r2_, b13r2_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b14r3_ = __builtin_shufflevector(b12r2_, b13r2_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b7r3_ = __builtin_shufflevector(b14r2_, b15r2_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b15r3_ = __builtin_shufflevector(b14r2_, b15r2_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b0r4_ = __builtin_shufflevector(b0r3_, b1r3_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b8r4_ = __builtin_shufflevector(b0r3_, b1r3_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b1r4_ = __builtin_shufflevector(b2r3_, b3r3_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b9r4_ = __builtin_shufflevector(b2r3_, b3r3_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b2r4_ = __builtin_shufflevector(b4r3_, b5r3_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b10r4_ = __builtin_shufflevector(b4r3_, b5r3_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b3r4_ = __builtin_shufflevector(b6r3_, b7r3_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b11r4_ = __builtin_shufflevector(b6r3_, b7r3_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b4r4_ = __builtin_shufflevector(b8r3_, b9r3_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b12r4_ = __builtin_shufflevector(b8r3_, b9r3_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b5r4_ = __builtin_shufflevector(b10r3_, b11r3_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b13r4_ = __builtin_shufflevector(b10r3_, b11r3_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b6r4_ = __builtin_shufflevector(b12r3_, b13r3_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b14r4_ = __builtin_shufflevector(b12r3_, b13r3_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    const BV_ b7r4_ = __builtin_shufflevector(b14r3_, b15r3_, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+                    const BV_ b15r4_ = __builtin_shufflevector(b14r3_, b15r3_, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+                    if (nt_) {
+                        __builtin_nontemporal_store(b0r4_, (__global BV_*)(yb_ + (t2_ + 0) * E3 + t3_));
+                        __builtin_nontemporal_store(b1r4_, (__global BV_*)(yb_ + (t2_ + 1) * E3 + t3_));
+                        __builtin_nontemporal_store(b2r4_, (__global BV_*)(yb_ + (t2_ + 2) * E3 + t3_));
+                        __builtin_nontemporal_store(b3r4_, (__global BV_*)(yb_ + (t2_ + 3) * E3 + t3_));
+                        __builtin_nontemporal_store(b4r4_, (__global BV_*)(yb_ + (t2_ + 4) * E3 + t3_));
+                        __builtin_nontemporal_store(b5r4_, (__global BV_*)(yb_ + (t2_ + 5) * E3 + t3_));
+                        __builtin_nontemporal_store(b6r4_, (__global BV_*)(yb_ + (t2_ + 6) * E3 + t3_));
+                        __builtin_nontemporal_store(b7r4_, (__global BV_*)(yb_ + (t2_ + 7) * E3 + t3_));
+                        __builtin_nontemporal_store(b8r4_, (__global BV_*)(yb_ + (t2_ + 8) * E3 + t3_));
+                        __builtin_nontemporal_store(b9r4_, (__global BV_*)(yb_ + (t2_ + 9) * E3 + t3_));
+                        __builtin_nontemporal_store(b10r4_, (__global BV_*)(yb_ + (t2_ + 10) * E3 + t3_));
+                        __builtin_nontemporal_store(b11r4_, (__global BV_*)(yb_ + (t2_ + 11) * E3 + t3_));
+                        __builtin_nontemporal_store(b12r4_, (__global BV_*)(yb_ + (t2_ + 12) * E3 + t3_));
+                        __builtin_nontemporal_store(b13r4_, (__global BV_*)(yb_ + (t2_ + 13) * E3 + t3_));
+                        __builtin_nontemporal_store(b14r4_, (__global BV_*)(yb_ + (t2_ + 14) * E3 + t3_));
+                        __builtin_nontemporal_store(b15r4_, (__global BV_*)(yb_ + (t2_ + 15) * E3 + t3_));
+                    } else {
+                        *(__global BVU_*)(yb_ + (t2_ + 0) * E3 + t3_) = b0r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 1) * E3 + t3_) = b1r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 2) * E3 + t3_) = b2r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 3) * E3 + t3_) = b3r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 4) * E3 + t3_) = b4r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 5) * E3 + t3_) = b5r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 6) * E3 + t3_) = b6r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 7) * E3 + t3_) = b7r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 8) * E3 + t3_) = b8r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 9) * E3 + t3_) = b9r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 10) * E3 + t3_) = b10r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 11) * E3 + t3_) = b11r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 12) * E3 + t3_) = b12r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 13) * E3 + t3_) = b13r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 14) * E3 + t3_) = b14r4_;
+                        *(__global BVU_*)(yb_ + (t2_ + 15) * E3 + t3_) = b15r4_;
+                    }
+                } else {
+                    for (size_t e2_ = t2_; e2_ < min(t2_ + 16, e2hi_); ++e2_) {
+                        for (size_t e3_ = t3_; e3_ < min(t3_ + 16, e3hi_); ++e3_) {
+                            yb_[e2_ * E3 + e3_] = xb_[e3_ * s3_ + e2_];
+                        }
+                    }
+                }
             }
         }
         return;

@@ -5,6 +5,8 @@ typedef double T_;
 typedef double ACC_;
 typedef double8 ACC8_;
 
+typedef double BV_ __attribute__((ext_vector_type(8)));
+typedef double BVU_ __attribute__((ext_vector_type(8), aligned(sizeof(double))));
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void permute__cpu__f64(
     __global const double* restrict x,
@@ -49,6 +51,79 @@ __kernel void permute__cpu__f64(
             __global B_* yr_ = yb_ + e2_ * E3;
             for (size_t e3_ = e3lo_; e3_ < e3hi_; ++e3_) {
                 yr_[e3_] = xr_[e3_];
+            }
+        }
+        return;
+    }
+    if (s2_ == 1) {
+        /* a transpose of x's last axis into y's rows: TV x TV blocks (TV elements: a cache line
+           where a vector of them fits), TV vector loads along x's rows, log2(TV) rounds of
+           even/odd unshuffles (each a perfect unshuffle of the block's elements, which rotates
+           their index bits by one: log2(TV) of them turn rows into columns), TV vector stores
+           along y's rows, streaming when y's rows are whole blocks (then every one starts
+           aligned) and y has NT_MIN elements or more; partial blocks element by element */
+        const bool nt_ = E3 % 8 == 0 && (size_t)E0 * E1 * E2 * E3 >= 4194304;
+        for (size_t t3_ = e3lo_; t3_ < e3hi_; t3_ += 8) {
+            for (size_t t2_ = e2lo_; t2_ < e2hi_; t2_ += 8) {
+                if (t3_ + 8 <= e3hi_ && t2_ + 8 <= e2hi_) {
+                    const BV_ b0r0_ = *(__global const BVU_*)(xb_ + (t3_ + 0) * s3_ + t2_);
+                    const BV_ b1r0_ = *(__global const BVU_*)(xb_ + (t3_ + 1) * s3_ + t2_);
+                    const BV_ b2r0_ = *(__global const BVU_*)(xb_ + (t3_ + 2) * s3_ + t2_);
+                    const BV_ b3r0_ = *(__global const BVU_*)(xb_ + (t3_ + 3) * s3_ + t2_);
+                    const BV_ b4r0_ = *(__global const BVU_*)(xb_ + (t3_ + 4) * s3_ + t2_);
+                    const BV_ b5r0_ = *(__global const BVU_*)(xb_ + (t3_ + 5) * s3_ + t2_);
+                    const BV_ b6r0_ = *(__global const BVU_*)(xb_ + (t3_ + 6) * s3_ + t2_);
+                    const BV_ b7r0_ = *(__global const BVU_*)(xb_ + (t3_ + 7) * s3_ + t2_);
+                    const BV_ b0r1_ = __builtin_shufflevector(b0r0_, b1r0_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b4r1_ = __builtin_shufflevector(b0r0_, b1r0_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b1r1_ = __builtin_shufflevector(b2r0_, b3r0_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b5r1_ = __builtin_shufflevector(b2r0_, b3r0_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b2r1_ = __builtin_shufflevector(b4r0_, b5r0_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b6r1_ = __builtin_shufflevector(b4r0_, b5r0_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b3r1_ = __builtin_shufflevector(b6r0_, b7r0_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b7r1_ = __builtin_shufflevector(b6r0_, b7r0_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b0r2_ = __builtin_shufflevector(b0r1_, b1r1_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b4r2_ = __builtin_shufflevector(b0r1_, b1r1_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b1r2_ = __builtin_shufflevector(b2r1_, b3r1_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b5r2_ = __builtin_shufflevector(b2r1_, b3r1_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b2r2_ = __builtin_shufflevector(b4r1_, b5r1_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b6r2_ = __builtin_shufflevector(b4r1_, b5r1_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b3r2_ = __builtin_shufflevector(b6r1_, b7r1_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b7r2_ = __builtin_shufflevector(b6r1_, b7r1_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b0r3_ = __builtin_shufflevector(b0r2_, b1r2_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b4r3_ = __builtin_shufflevector(b0r2_, b1r2_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b1r3_ = __builtin_shufflevector(b2r2_, b3r2_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b5r3_ = __builtin_shufflevector(b2r2_, b3r2_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b2r3_ = __builtin_shufflevector(b4r2_, b5r2_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b6r3_ = __builtin_shufflevector(b4r2_, b5r2_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    const BV_ b3r3_ = __builtin_shufflevector(b6r2_, b7r2_, 0, 2, 4, 6, 8, 10, 12, 14);
+                    const BV_ b7r3_ = __builtin_shufflevector(b6r2_, b7r2_, 1, 3, 5, 7, 9, 11, 13, 15);
+                    if (nt_) {
+                        __builtin_nontemporal_store(b0r3_, (__global BV_*)(yb_ + (t2_ + 0) * E3 + t3_));
+                        __builtin_nontemporal_store(b1r3_, (__global BV_*)(yb_ + (t2_ + 1) * E3 + t3_));
+                        __builtin_nontemporal_store(b2r3_, (__global BV_*)(yb_ + (t2_ + 2) * E3 + t3_));
+                        __builtin_nontemporal_store(b3r3_, (__global BV_*)(yb_ + (t2_ + 3) * E3 + t3_));
+                        __builtin_nontemporal_store(b4r3_, (__global BV_*)(yb_ + (t2_ + 4) * E3 + t3_));
+                        __builtin_nontemporal_store(b5r3_, (__global BV_*)(yb_ + (t2_ + 5) * E3 + t3_));
+                        __builtin_nontemporal_store(b6r3_, (__global BV_*)(yb_ + (t2_ + 6) * E3 + t3_));
+                        __builtin_nontemporal_store(b7r3_, (__global BV_*)(yb_ + (t2_ + 7) * E3 + t3_));
+                    } else {
+                        *(__global BVU_*)(yb_ + (t2_ + 0) * E3 + t3_) = b0r3_;
+                        *(__global BVU_*)(yb_ + (t2_ + 1) * E3 + t3_) = b1r3_;
+                        *(__global BVU_*)(yb_ + (t2_ + 2) * E3 + t3_) = b2r3_;
+                        *(__global BVU_*)(yb_ + (t2_ + 3) * E3 + t3_) = b3r3_;
+                        *(__global BVU_*)(yb_ + (t2_ + 4) * E3 + t3_) = b4r3_;
+                        *(__global BVU_*)(yb_ + (t2_ + 5) * E3 + t3_) = b5r3_;
+                        *(__global BVU_*)(yb_ + (t2_ + 6) * E3 + t3_) = b6r3_;
+                        *(__global BVU_*)(yb_ + (t2_ + 7) * E3 + t3_) = b7r3_;
+                    }
+                } else {
+                    for (size_t e2_ = t2_; e2_ < min(t2_ + 8, e2hi_); ++e2_) {
+                        for (size_t e3_ = t3_; e3_ < min(t3_ + 8, e3hi_); ++e3_) {
+                            yb_[e2_ * E3 + e3_] = xb_[e3_ * s3_ + e2_];
+                        }
+                    }
+                }
             }
         }
         return;
