@@ -4,8 +4,8 @@ typedef float T_;
 typedef float ACC_;
 typedef float8 ACC8_;
 
-typedef float BV_ __attribute__((ext_vector_type(16)));
-typedef float BVU_ __attribute__((ext_vector_type(16), aligned(sizeof(float))));
+typedef T_ BV_ __attribute__((ext_vector_type(16)));
+typedef T_ BVU_ __attribute__((ext_vector_type(16), aligned(sizeof(T_))));
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void permute__cpu__f32(
     __global const float* restrict x,

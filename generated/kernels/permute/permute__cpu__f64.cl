@@ -5,8 +5,8 @@ typedef double T_;
 typedef double ACC_;
 typedef double8 ACC8_;
 
-typedef double BV_ __attribute__((ext_vector_type(8)));
-typedef double BVU_ __attribute__((ext_vector_type(8), aligned(sizeof(double))));
+typedef T_ BV_ __attribute__((ext_vector_type(8)));
+typedef T_ BVU_ __attribute__((ext_vector_type(8), aligned(sizeof(T_))));
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void permute__cpu__f64(
     __global const double* restrict x,

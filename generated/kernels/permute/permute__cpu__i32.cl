@@ -4,8 +4,8 @@ typedef int T_;
 typedef int ACC_;
 typedef int8 ACC8_;
 
-typedef int BV_ __attribute__((ext_vector_type(16)));
-typedef int BVU_ __attribute__((ext_vector_type(16), aligned(sizeof(int))));
+typedef T_ BV_ __attribute__((ext_vector_type(16)));
+typedef T_ BVU_ __attribute__((ext_vector_type(16), aligned(sizeof(T_))));
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void permute__cpu__i32(
     __global const int* restrict x,
