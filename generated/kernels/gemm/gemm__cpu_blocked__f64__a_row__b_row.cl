@@ -22,13 +22,15 @@ __kernel void gemm__cpu_blocked__f64__a_row__b_row(
     const double beta
 )
 {
-    const int i0_ = get_global_id(0) * 6;
     const int j0_ = get_global_id(1) * 16;
     const int nr_ = min(16, N - j0_);
     const size_t ao_ = 0, bo_ = 0, co_ = 0;
 
     __global const T_* a_ = a + ao_;
     __global const T_* b_ = b + bo_;
+    const int ibeg_ = (int)get_global_id(0) * 6;
+    const int iend_ = min(ibeg_ + 6, M);
+    for (int i0_ = ibeg_; i0_ < iend_; i0_ += 6) {
     const int r0_ = min(i0_ + 0, M - 1);
     const int r1_ = min(i0_ + 1, M - 1);
     const int r2_ = min(i0_ + 2, M - 1);
@@ -113,7 +115,7 @@ __kernel void gemm__cpu_blocked__f64__a_row__b_row(
         *(__global VU_*)(c_ + (size_t)4 * N + 8) = alpha * c4_1_;
         *(__global VU_*)(c_ + (size_t)5 * N + 0) = alpha * c5_0_;
         *(__global VU_*)(c_ + (size_t)5 * N + 8) = alpha * c5_1_;
-        return;
+        continue;
     }
     /* an edge block, and gemm with a bias term: element by element */
     if (i0_ + 0 < M) {
@@ -163,5 +165,6 @@ __kernel void gemm__cpu_blocked__f64__a_row__b_row(
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 5) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
         }
+    }
     }
 }

@@ -20,7 +20,6 @@ __kernel void matmul__cpu_blocked__f64__a_row__b_row(
     const int BB
 )
 {
-    const int i0_ = get_global_id(0) * 6;
     const int j0_ = get_global_id(1) * 16;
     const int nr_ = min(16, N - j0_);
     const size_t z_ = get_global_id(2);
@@ -30,6 +29,9 @@ __kernel void matmul__cpu_blocked__f64__a_row__b_row(
 
     __global const T_* a_ = a + ao_;
     __global const T_* b_ = b + bo_;
+    const int ibeg_ = (int)get_global_id(0) * 6;
+    const int iend_ = min(ibeg_ + 6, M);
+    for (int i0_ = ibeg_; i0_ < iend_; i0_ += 6) {
     const int r0_ = min(i0_ + 0, M - 1);
     const int r1_ = min(i0_ + 1, M - 1);
     const int r2_ = min(i0_ + 2, M - 1);
@@ -114,7 +116,7 @@ __kernel void matmul__cpu_blocked__f64__a_row__b_row(
         *(__global VU_*)(c_ + (size_t)4 * N + 8) = c4_1_;
         *(__global VU_*)(c_ + (size_t)5 * N + 0) = c5_0_;
         *(__global VU_*)(c_ + (size_t)5 * N + 8) = c5_1_;
-        return;
+        continue;
     }
     /* an edge block, and gemm with a bias term: element by element */
     if (i0_ + 0 < M) {
@@ -164,5 +166,6 @@ __kernel void matmul__cpu_blocked__f64__a_row__b_row(
         for (int j_ = 0; j_ < nr_; ++j_) {
             c[co_ + ((i0_ + 5) * N + (j0_ + j_))] = (double)(row_[j_]);
         }
+    }
     }
 }
