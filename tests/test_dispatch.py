@@ -205,7 +205,9 @@ def test_fortran_arrays_pick_col_instances() -> None:
     b = rng.standard_normal((20, 10)).astype(np.float32)
     d = dispatcher()
     plan = d.plan_for(d.registry.op("matmul"), {"a": a[None], "b": b[None]}, {})
-    assert plan.inst.name == "matmul__cpu_packed__f32__a_col__b_row"
+    # no host copy: a cpu instance that reads a column-major (the direct kernel or the packed
+    # routine, whichever this device's tuning measured faster near this shape)
+    assert plan.inst.name.endswith("__f32__a_col__b_row") and plan.inst.variant.startswith("cpu")
     np.testing.assert_allclose(ops.matmul(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 

@@ -448,7 +448,10 @@ def test_a_tuned_set_that_cannot_be_rendered_falls_back_to_the_defaults(tmp_path
 
 def test_selection_follows_the_measured_crossover(runtime) -> None:
     """Where the tuner timed two accepted variants at a call's shape bucket, the faster runs,
-    whatever their priorities; explain says so. Elsewhere the ranking stands."""
+    whatever their priorities; explain says so. A shape nobody tuned takes the side of the
+    nearest tuned bucket that times two of them; with no such bucket, the ranking stands."""
+    import numpy as np
+
     from generator.call.dispatcher import Dispatcher
     from generator.device.query import from_device
     from generator.params.database import Entry, bucket_of, schema_hash
@@ -460,21 +463,52 @@ def test_selection_follows_the_measured_crossover(runtime) -> None:
     packed = reg.instance("matmul__cpu_packed__f32__a_row__b_row")
     blocked = reg.instance("matmul__cpu_blocked__f32__a_row__b_row")
 
-    def entry(inst, us):
-        return Entry(inst.name, bucket_of(dims), tuple(sorted(inst.params)), schema_hash(inst),
-                     tuple(sorted(dims.items())), us, us, 1)  # fmt: skip
+    def entry(inst, us, at=dims):
+        return Entry(inst.name, bucket_of(at), tuple(sorted(inst.params)), schema_hash(inst),
+                     tuple(sorted(at.items())), us, us, 1)  # fmt: skip
 
-    timed = TuningFile(Fingerprint.of(profile)).with_entries(
-        [entry(packed, 900.0), entry(blocked, 90.0)]
-    )
+    big = {**dims, "M": 4096, "N": 4096, "K": 4096}
+    small_wins = [entry(packed, 900.0), entry(blocked, 90.0)]
+    large_wins = [entry(packed, 5e5, big), entry(blocked, 9e5, big)]
+    timed = TuningFile(Fingerprint.of(profile)).with_entries(small_wins + large_wins)
     d = Dispatcher(runtime, profile, params=ParamLookup(profile, (timed,)))
     layouts = {"a": "row", "b": "row", "c": "row"}
     sel = d.select("matmul", "f32", layouts, dims)
     assert sel.chosen.instance == blocked.name and sel.chosen.measured_us == 90.0
     assert "measured fastest at this shape: 90.0 us vs cpu_packed 900.0 us" in sel.chosen.reason
     assert d.choose("matmul", "f32", layouts, dims) == blocked
-    other = {**dims, "M": 3000}  # another bucket: nothing measured, the ranking stands
-    assert d.choose("matmul", "f32", layouts, other) == packed
+    # it stands where the routine it outran would: a NumPy b is not copied column-major for
+    # the routine's b=col instance, which only outranks the direct kernel by priority
+    routine = next(c for c in sel.candidates if c.variant == "cpu_packed")
+    assert sel.standing == routine.rank > sel.chosen.rank
+    x, y = np.ones((1, 300, 100), np.float32), np.ones((1, 100, 200), np.float32)
+    assert d.plan_for(reg.op("matmul"), {"a": x, "b": y}, {}).inst.name == blocked.name
+    # buckets nobody tuned: the nearest tuned one decides, and explain says which
+    tiny = {**dims, "M": 8, "N": 8, "K": 8}
+    sel = d.select("matmul", "f32", layouts, tiny)
+    assert sel.chosen.instance == blocked.name
+    assert "measured fastest at the nearest tuned shape: 90.0 us" in sel.chosen.reason
+    assert bucket_of(dims) in sel.chosen.reason
+    assert d.choose("matmul", "f32", layouts, {**dims, "M": 3000, "N": 2500, "K": 6000}) == packed
+    # a file that times one variant only: nothing to compare, the ranking stands
+    alone = TuningFile(Fingerprint.of(profile)).with_entries([entry(blocked, 90.0)])
+    d = Dispatcher(runtime, profile, params=ParamLookup(profile, (alone,)))
+    assert d.choose("matmul", "f32", layouts, tiny) == packed
+
+
+def test_shape_distance_is_size_then_shape_in_powers_of_two() -> None:
+    from generator.params.database import bucket_dims, bucket_of, shape_distance
+
+    b = bucket_of({"M": 64, "N": 64, "K": 64})
+    assert bucket_dims(b) == {"K": 64, "M": 64, "N": 64}
+    assert shape_distance({"M": 64, "N": 64, "K": 64}, b) == (0, 0)
+    assert shape_distance({"M": 8, "N": 64, "K": 256}, b) == (1, 5)
+    assert shape_distance({"M": 0, "N": 64, "K": 64}, b) == (6, 6)  # an empty dim counts as 1
+    assert shape_distance({"M": 64, "N": 64}, b) == (float("inf"), float("inf"))
+    # a matrix-vector product is nearer a small square in size than a large one in shape
+    gemv = {"M": 1, "N": 4096, "K": 4096}
+    assert shape_distance(gemv, bucket_of({"M": 256, "N": 256, "K": 256}))[0] == 0
+    assert shape_distance(gemv, bucket_of({"M": 2048, "N": 2048, "K": 2048}))[0] == 9
 
 
 def test_a_parameter_set_the_guard_refuses_at_a_shape_is_not_timed_there() -> None:

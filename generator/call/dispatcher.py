@@ -297,7 +297,8 @@ class Dispatcher:
         env: Mapping[str, int],
     ) -> dict[str, str]:
         """NumPy inputs are copied to the device anyway, so they may as well be copied into the
-        layout whose best instance ranks highest (a Fortran-ordered B for matmul is copied
+        layout whose best instance stands highest (`Selection.standing`: its rank, or for one
+        measured fastest the best rank it outran; a Fortran-ordered B for matmul is copied
         row-major when only the row-major B has a cpu variant). Ties keep the layouts the
         arrays have: no reordering copy without a better kernel."""
         free = [
@@ -317,8 +318,7 @@ class Dispatcher:
     def _rank(
         self, op: OpSig, dtype: str, layouts: Mapping[str, str], env: Mapping[str, int]
     ) -> tuple[int, int]:
-        chosen = self.select(op.name, dtype, layouts, env).chosen
-        return chosen.rank if chosen else (-1, 0)
+        return self.select(op.name, dtype, layouts, env).standing
 
     def cache_info(self) -> dict[str, int]:
         return {

@@ -17,7 +17,7 @@ from typing import Any
 from generator.core.targets import Level, Target, parse_target
 from generator.device.profile import DeviceProfile
 from generator.errors import DispatchError
-from generator.params.lookup import ParamLookup
+from generator.params.lookup import ParamLookup, Timings
 from generator.registry.loader import Registry
 from generator.registry.records import Instance, OpSig
 
@@ -62,6 +62,19 @@ class Selection:
     def chosen(self) -> Candidate | None:
         first = self.candidates[0] if self.candidates else None
         return first if first is not None and first.accepted else None
+
+    @property
+    def standing(self) -> tuple[int, int]:
+        """How good the chosen candidate is, for comparing selections of other layouts: its rank
+        or, where it was measured fastest, the best rank among those it outran (a direct kernel
+        that beat the packed routine stands where the routine's priority would); (-1, 0) when
+        nothing was chosen."""
+        chosen = self.chosen
+        if chosen is None:
+            return (-1, 0)
+        if chosen.measured_us is None:
+            return chosen.rank
+        return max(c.rank for c in self.candidates if c.accepted and c.measured_us is not None)
 
     def as_dict(self) -> dict[str, Any]:
         chosen = self.chosen
@@ -262,12 +275,13 @@ def select(
     )
 
 
-def by_measurement(sel: Selection, times: Mapping[str, tuple[float, str]]) -> Selection:
-    """`sel` with the accepted candidate that the tuner measured fastest at this call's shape
-    bucket first, when it measured two or more of them (`times`: instance -> microseconds and
-    where that was recorded): the crossover between variants, e.g. a direct kernel against a
-    packed routine by size, as measured on this device. Otherwise the ranking stands."""
+def by_measurement(sel: Selection, timings: Timings) -> Selection:
+    """`sel` with the accepted candidate that the tuner measured fastest first, when it measured
+    two or more of them (at this call's shape bucket, or the nearest tuned one): the crossover
+    between variants, e.g. a direct kernel against a packed routine by size, as measured on
+    this device. Otherwise the ranking stands."""
     accepted = [c for c in sel.candidates if c.accepted]
+    times = timings.times
     timed = {c.instance: times[c.instance] for c in accepted if c.instance and c.instance in times}
     if len(timed) < 2:
         return sel
@@ -278,7 +292,7 @@ def by_measurement(sel: Selection, times: Mapping[str, tuple[float, str]]) -> Se
         for c in accepted
         if c.instance in timed and c.instance != best
     )
-    note = f"; measured fastest at this shape: {t:.1f} us vs {others} ({where})"
+    note = f"; measured fastest {timings.at}: {t:.1f} us vs {others} ({where})"
     marked = [
         dataclasses.replace(
             c,

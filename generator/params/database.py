@@ -44,6 +44,25 @@ def bucket_of(dims: Mapping[str, int]) -> str:
     )
 
 
+def bucket_dims(bucket: str) -> dict[str, int]:
+    """The dims of a bucket :func:`bucket_of` wrote (none for the catch-all)."""
+    if bucket == CATCH_ALL:
+        return {}
+    return {d: int(n) for d, _, n in (part.partition("~") for part in bucket.split())}
+
+
+def shape_distance(dims: Mapping[str, int], bucket: str) -> tuple[float, float]:
+    """How far a call's dims are from a shape bucket, in powers of two (an empty dim counts as
+    1): first in size (the product of the dims, which decides most crossovers: launch-bound
+    against compute-bound, packing paid off or not), then in shape (the sum over dims);
+    infinite for a bucket of other dims."""
+    at = bucket_dims(bucket)
+    if set(at) != set(dims):
+        return (math.inf, math.inf)
+    steps = [math.log2(max(dims[d], 1)) - math.log2(max(n, 1)) for d, n in at.items()]
+    return (abs(sum(steps)), sum(abs(x) for x in steps))
+
+
 def schema_hash(inst: Instance) -> str:
     """What an entry measured: the instance's source (its hash), the templates any parameter
     set of it is rendered from (so that a template change which leaves the defaults' source

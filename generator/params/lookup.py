@@ -7,6 +7,7 @@ Stale entries (measured on another version of the kernel) are skipped and counte
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -16,7 +17,14 @@ from generator.core import expressions
 from generator.core.dtypes import DTYPES
 from generator.device.profile import DeviceProfile
 from generator.errors import CallError
-from generator.params.database import CATCH_ALL, Entry, TuningFile, bucket_of, schema_hash
+from generator.params.database import (
+    CATCH_ALL,
+    Entry,
+    TuningFile,
+    bucket_of,
+    schema_hash,
+    shape_distance,
+)
 from generator.params.fingerprint import LEVEL_NAMES, Fingerprint
 from generator.params.space import Params, ParamSpace, as_params, params_text
 from generator.registry.records import Instance
@@ -36,6 +44,15 @@ class Choice:
     def describe(self) -> str:
         where = f" ({self.file}, bucket {self.entry.bucket})" if self.entry else ""
         return f"{params_text(self.params)}: {self.origin}{where}"
+
+
+@dataclass(frozen=True)
+class Timings:
+    """The tuner's times of some instances for one call (instance -> microseconds and where they
+    were recorded), and at which shape: the call's own bucket or the nearest tuned one."""
+
+    times: Mapping[str, tuple[float, str]]
+    at: str
 
 
 def parse_overrides(text: str) -> dict[str, dict[str, int]]:
@@ -129,13 +146,34 @@ class ParamLookup:
         instances: Mapping[str, Instance],
         names: Iterable[str | None],
         dims: Mapping[str, int],
-    ) -> dict[str, tuple[float, str]]:
-        """:meth:`measured` for each of the instances `names` that has a time."""
-        out = {}
-        for name in names:
-            if name is not None and (m := self.measured(instances[name], dims)) is not None:
-                out[name] = m
-        return out
+    ) -> Timings:
+        """:meth:`measured` for each of the instances `names` that has a time at the bucket of
+        `dims`; where fewer than two have one, their times at the tuned bucket nearest `dims`
+        (:func:`shape_distance`: in size, then in shape) that times two or more of them, on
+        the nearest device level that has such a bucket (the crossover between variants,
+        carried to shapes nobody tuned: a matmul of 8 takes the side of the one of 64)."""
+        wanted = [n for n in names if n is not None]
+        exact = {}
+        for name in wanted:
+            if (m := self.measured(instances[name], dims)) is not None:
+                exact[name] = m
+        if len(exact) >= 2:
+            return Timings(exact, "at this shape")
+        hashes = {n: schema_hash(instances[n]) for n in wanted}
+        for _, f, _entries in self._index:
+            by_bucket: dict[str, dict[str, float]] = {}
+            for e in f.entries:
+                if e.bucket != CATCH_ALL and e.time_us > 0 and hashes.get(e.instance) == e.sha:
+                    by_bucket.setdefault(e.bucket, {})[e.instance] = e.time_us
+            near = sorted((shape_distance(dims, b), b) for b, t in by_bucket.items() if len(t) >= 2)
+            if near and near[0][0][0] < math.inf:
+                bucket = near[0][1]
+                where = f"{f.path.name if f.path else f.device.slug}, bucket {bucket}"
+                return Timings(
+                    {n: (us, where) for n, us in by_bucket[bucket].items()},
+                    "at the nearest tuned shape",
+                )
+        return Timings(exact, "at this shape")
 
     def _computed(self, inst: Instance, space: ParamSpace) -> Choice | None:
         """The variant's device_params, evaluated on this device's properties, when they give
