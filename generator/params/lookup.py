@@ -91,6 +91,14 @@ class ParamLookup:
         self._index: list[tuple[int, TuningFile, dict[tuple[str, str], Entry]]] = [
             (lvl, f, {e.key: e for e in f.entries}) for lvl, f in self._ranked
         ]
+        # per file, each instance's timed bucket entries: what a shape nobody tuned compares
+        self._timed: list[tuple[TuningFile, dict[str, list[Entry]]]] = []
+        for _, f in self._ranked:
+            timed: dict[str, list[Entry]] = {}
+            for e in f.entries:
+                if e.bucket != CATCH_ALL and e.time_us > 0:
+                    timed.setdefault(e.instance, []).append(e)
+            self._timed.append((f, timed))
 
     @classmethod
     def from_env(cls, profile: DeviceProfile, files: tuple[TuningFile, ...]) -> ParamLookup:
@@ -124,7 +132,7 @@ class ParamLookup:
                     continue
                 if space.problem(e.params, self.profile) is None:
                     origin = LEVEL_NAMES[lvl] + (" (exact shape)" if e.shape == shape else "")
-                    return Choice(e.params, origin, e, f.path.name if f.path else f.device.slug)
+                    return Choice(e.params, origin, e, _file_name(f))
         return self._computed(inst, space) or Choice(
             space.defaults, "spec default; nothing tuned applies"
         )
@@ -138,7 +146,7 @@ class ParamLookup:
         for _, f, entries in self._index:
             e = entries.get((inst.name, bucket))
             if e is not None and e.sha == sha and e.time_us > 0:
-                return e.time_us, f"{f.path.name if f.path else f.device.slug}, bucket {bucket}"
+                return e.time_us, f"{_file_name(f)}, bucket {bucket}"
         return None
 
     def times(
@@ -160,15 +168,16 @@ class ParamLookup:
         if len(exact) >= 2:
             return Timings(exact, "at this shape")
         hashes = {n: schema_hash(instances[n]) for n in wanted}
-        for _, f, _entries in self._index:
+        for f, timed in self._timed:
             by_bucket: dict[str, dict[str, float]] = {}
-            for e in f.entries:
-                if e.bucket != CATCH_ALL and e.time_us > 0 and hashes.get(e.instance) == e.sha:
-                    by_bucket.setdefault(e.bucket, {})[e.instance] = e.time_us
+            for name in wanted:
+                for e in timed.get(name, ()):
+                    if e.sha == hashes[name]:
+                        by_bucket.setdefault(e.bucket, {})[name] = e.time_us
             near = sorted((shape_distance(dims, b), b) for b, t in by_bucket.items() if len(t) >= 2)
             if near and near[0][0][0] < math.inf:
                 bucket = near[0][1]
-                where = f"{f.path.name if f.path else f.device.slug}, bucket {bucket}"
+                where = f"{_file_name(f)}, bucket {bucket}"
                 return Timings(
                     {n: (us, where) for n, us in by_bucket[bucket].items()},
                     "at the nearest tuned shape",
@@ -193,6 +202,11 @@ class ParamLookup:
                 f"spec default (computed from the device: {params_text(params)}, but {problem})",
             )
         return Choice(params, "computed from the device's properties; nothing tuned applies")
+
+
+def _file_name(f: TuningFile) -> str:
+    """How explain names a tuning file: its file name, or the device's slug for one in memory."""
+    return f.path.name if f.path else f.device.slug
 
 
 def device_properties(profile: DeviceProfile, dtype: str) -> dict[str, int]:
