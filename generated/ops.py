@@ -9,7 +9,7 @@ from typing import Any
 
 import pyopencl as cl
 
-from generator.call.eager import call_op
+from clforge.call.eager import call_op
 
 __all__ = [
     'abs',

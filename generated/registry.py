@@ -4,7 +4,7 @@ The kernel registry: OPS maps each op name to its signature, INSTANCES maps each
 name to its launch contract (argument order, NDRange, requirements, guard, source, hash).
 """
 
-from generator.registry.records import (
+from clforge.registry.records import (
     Arg,
     AttrSig,
     Instance,
@@ -51,7 +51,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:abs',
+        reference='clforge.references.elementwise:abs',
     ),
     'add': OpSig(
         name='add',
@@ -99,7 +99,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
-        reference='generator.references.elementwise:add',
+        reference='clforge.references.elementwise:add',
     ),
     'argmax': OpSig(
         name='argmax',
@@ -138,7 +138,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='axis',
-        reference='generator.references.reduce:argmax',
+        reference='clforge.references.reduce:argmax',
     ),
     'attention': OpSig(
         name='attention',
@@ -227,7 +227,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='attention',
-        reference='generator.references.conv:attention',
+        reference='clforge.references.conv:attention',
     ),
     'avg_pool2d': OpSig(
         name='avg_pool2d',
@@ -340,7 +340,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='pool2d',
-        reference='generator.references.nn:avg_pool2d',
+        reference='clforge.references.nn:avg_pool2d',
     ),
     'batch_norm': OpSig(
         name='batch_norm',
@@ -421,7 +421,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='channels',
-        reference='generator.references.nn:batch_norm',
+        reference='clforge.references.nn:batch_norm',
     ),
     'cast_f16': OpSig(
         name='cast_f16',
@@ -455,7 +455,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:cast_f16',
+        reference='clforge.references.elementwise:cast_f16',
     ),
     'cast_f32': OpSig(
         name='cast_f32',
@@ -489,7 +489,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:cast_f32',
+        reference='clforge.references.elementwise:cast_f32',
     ),
     'cast_f64': OpSig(
         name='cast_f64',
@@ -523,7 +523,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:cast_f64',
+        reference='clforge.references.elementwise:cast_f64',
     ),
     'cast_i32': OpSig(
         name='cast_i32',
@@ -557,7 +557,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:cast_i32',
+        reference='clforge.references.elementwise:cast_i32',
     ),
     'clip': OpSig(
         name='clip',
@@ -614,7 +614,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
-        reference='generator.references.elementwise:clip',
+        reference='clforge.references.elementwise:clip',
     ),
     'concat': OpSig(
         name='concat',
@@ -662,7 +662,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='concat',
-        reference='generator.references.linalg:concat',
+        reference='clforge.references.linalg:concat',
     ),
     'conv2d': OpSig(
         name='conv2d',
@@ -774,7 +774,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='conv2d',
-        reference='generator.references.conv:conv2d',
+        reference='clforge.references.conv:conv2d',
     ),
     'div': OpSig(
         name='div',
@@ -822,7 +822,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
-        reference='generator.references.elementwise:div',
+        reference='clforge.references.elementwise:div',
     ),
     'embedding': OpSig(
         name='embedding',
@@ -871,7 +871,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='embedding',
-        reference='generator.references.indexing:embedding',
+        reference='clforge.references.indexing:embedding',
     ),
     'exp': OpSig(
         name='exp',
@@ -905,7 +905,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:exp',
+        reference='clforge.references.elementwise:exp',
     ),
     'gelu': OpSig(
         name='gelu',
@@ -950,7 +950,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='flat',
-        reference='generator.references.elementwise:gelu',
+        reference='clforge.references.elementwise:gelu',
     ),
     'gemm': OpSig(
         name='gemm',
@@ -1013,7 +1013,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='gemm',
-        reference='generator.references.linalg:gemm',
+        reference='clforge.references.linalg:gemm',
     ),
     'layer_norm': OpSig(
         name='layer_norm',
@@ -1071,7 +1071,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='trailing',
-        reference='generator.references.reduce:layer_norm',
+        reference='clforge.references.reduce:layer_norm',
     ),
     'leaky_relu': OpSig(
         name='leaky_relu',
@@ -1111,7 +1111,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:leaky_relu',
+        reference='clforge.references.elementwise:leaky_relu',
     ),
     'log': OpSig(
         name='log',
@@ -1145,7 +1145,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:log',
+        reference='clforge.references.elementwise:log',
     ),
     'log_softmax': OpSig(
         name='log_softmax',
@@ -1179,7 +1179,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='axis',
-        reference='generator.references.reduce:log_softmax',
+        reference='clforge.references.reduce:log_softmax',
     ),
     'matmul': OpSig(
         name='matmul',
@@ -1227,7 +1227,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='matmul',
-        reference='generator.references.linalg:matmul',
+        reference='clforge.references.linalg:matmul',
     ),
     'max': OpSig(
         name='max',
@@ -1266,7 +1266,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='axis',
-        reference='generator.references.reduce:max',
+        reference='clforge.references.reduce:max',
     ),
     'max_pool2d': OpSig(
         name='max_pool2d',
@@ -1369,7 +1369,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='pool2d',
-        reference='generator.references.nn:max_pool2d',
+        reference='clforge.references.nn:max_pool2d',
     ),
     'maximum': OpSig(
         name='maximum',
@@ -1417,7 +1417,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
-        reference='generator.references.elementwise:maximum',
+        reference='clforge.references.elementwise:maximum',
     ),
     'mean': OpSig(
         name='mean',
@@ -1451,7 +1451,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='axis',
-        reference='generator.references.reduce:mean',
+        reference='clforge.references.reduce:mean',
     ),
     'min': OpSig(
         name='min',
@@ -1490,7 +1490,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='axis',
-        reference='generator.references.reduce:min',
+        reference='clforge.references.reduce:min',
     ),
     'minimum': OpSig(
         name='minimum',
@@ -1538,7 +1538,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
-        reference='generator.references.elementwise:minimum',
+        reference='clforge.references.elementwise:minimum',
     ),
     'mul': OpSig(
         name='mul',
@@ -1586,7 +1586,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
-        reference='generator.references.elementwise:mul',
+        reference='clforge.references.elementwise:mul',
     ),
     'neg': OpSig(
         name='neg',
@@ -1620,7 +1620,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:neg',
+        reference='clforge.references.elementwise:neg',
     ),
     'permute': OpSig(
         name='permute',
@@ -1685,7 +1685,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='permute',
-        reference='generator.references.linalg:permute',
+        reference='clforge.references.linalg:permute',
     ),
     'pow': OpSig(
         name='pow',
@@ -1733,7 +1733,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
-        reference='generator.references.elementwise:pow',
+        reference='clforge.references.elementwise:pow',
     ),
     'relu': OpSig(
         name='relu',
@@ -1767,7 +1767,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:relu',
+        reference='clforge.references.elementwise:relu',
     ),
     'rms_norm': OpSig(
         name='rms_norm',
@@ -1816,7 +1816,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='trailing',
-        reference='generator.references.reduce:rms_norm',
+        reference='clforge.references.reduce:rms_norm',
     ),
     'rsqrt': OpSig(
         name='rsqrt',
@@ -1850,7 +1850,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:rsqrt',
+        reference='clforge.references.elementwise:rsqrt',
     ),
     'sigmoid': OpSig(
         name='sigmoid',
@@ -1884,7 +1884,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:sigmoid',
+        reference='clforge.references.elementwise:sigmoid',
     ),
     'silu': OpSig(
         name='silu',
@@ -1918,7 +1918,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:silu',
+        reference='clforge.references.elementwise:silu',
     ),
     'softmax': OpSig(
         name='softmax',
@@ -1952,7 +1952,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='axis',
-        reference='generator.references.reduce:softmax',
+        reference='clforge.references.reduce:softmax',
     ),
     'sqrt': OpSig(
         name='sqrt',
@@ -1986,7 +1986,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:sqrt',
+        reference='clforge.references.elementwise:sqrt',
     ),
     'sub': OpSig(
         name='sub',
@@ -2034,7 +2034,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
-        reference='generator.references.elementwise:sub',
+        reference='clforge.references.elementwise:sub',
     ),
     'sum': OpSig(
         name='sum',
@@ -2068,7 +2068,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='axis',
-        reference='generator.references.reduce:sum',
+        reference='clforge.references.reduce:sum',
     ),
     'take_along_axis': OpSig(
         name='take_along_axis',
@@ -2117,7 +2117,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='along_axis',
-        reference='generator.references.indexing:take_along_axis',
+        reference='clforge.references.indexing:take_along_axis',
     ),
     'tanh': OpSig(
         name='tanh',
@@ -2151,7 +2151,7 @@ OPS: dict[str, OpSig] = {
         derived=(),
         checks=(),
         call='flat',
-        reference='generator.references.elementwise:tanh',
+        reference='clforge.references.elementwise:tanh',
     ),
     'where': OpSig(
         name='where',
@@ -2208,7 +2208,7 @@ OPS: dict[str, OpSig] = {
             ),
         ),
         call='broadcast',
-        reference='generator.references.elementwise:where',
+        reference='clforge.references.elementwise:where',
     ),
 }
 

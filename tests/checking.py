@@ -1,5 +1,5 @@
 """How tests compare kernels with NumPy: the product's own verification (one tolerance rule,
-canary-padded launches; see generator/tune/verify.py), as assertions."""
+canary-padded launches; see generator/clforge/tune/verify.py), as assertions."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from generator.registry.records import Instance
-from generator.runtime.launch import Runtime
-from generator.tune.verify import canary_launch, mismatch
+from clforge.registry.records import Instance
+from clforge.runtime.launch import Runtime
+from clforge.tune.verify import canary_launch, mismatch
 
 
 def assert_close(

@@ -15,17 +15,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from generator import references
-from generator.core.tree import DEFAULT
-from generator.errors import UsageError
-from generator.registry.loader import Registry
-from generator.tools.bench import rounds
-from generator.tools.bench.bandwidth import Bandwidth
-from generator.tools.bench.cases import CASES, run_cases, selected
-from generator.tools.bench.clforge_side import Figures, GenericPace, requests
-from generator.tools.bench.peers import PEERS, PeerRun
-from generator.tools.bench.protocol import Outcome, host_inputs
-from generator.tools.bench.report import make_rows
+from clforge import references
+from clforge.core.tree import DEFAULT
+from clforge.errors import UsageError
+from clforge.registry.loader import Registry
+from clforge.tools.bench import rounds
+from clforge.tools.bench.bandwidth import Bandwidth
+from clforge.tools.bench.cases import CASES, run_cases, selected
+from clforge.tools.bench.clforge_side import Figures, GenericPace, requests
+from clforge.tools.bench.peers import PEERS, PeerRun
+from clforge.tools.bench.protocol import Outcome, host_inputs
+from clforge.tools.bench.report import make_rows
 
 ROW_KEYS = {
     "op", "dtype", "label", "sizes", "unit", "instance", "clforge", "generic", "generic_note",
@@ -51,7 +51,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), path]))}
     out = tmp / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "generator", "bench", "--quick", "--json", "--out", str(out)],
+        [sys.executable, "-m", "clforge", "bench", "--quick", "--json", "--out", str(out)],
         cwd=DEFAULT.root,
         env=env,
         capture_output=True,
@@ -160,7 +160,7 @@ def test_rows_take_ratios_of_rates_and_none_where_a_figure_is_missing() -> None:
 def test_ort_graphs_compute_what_the_references_compute(registry: Registry) -> None:
     if not (_installed("onnxruntime") and _installed("onnx")):
         pytest.skip("onnxruntime or onnx is not installed")
-    from generator.tools.bench import peer_ort
+    from clforge.tools.bench import peer_ort
 
     cases = [c for c in selected(True) if c.op in peer_ort.BUILDERS]
     assert {c.op for c in cases} == set(peer_ort.BUILDERS)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from generator.tools.cli import main
+from clforge.tools.cli import main
 
 
 def test_demo_dispatches_every_op_and_matches_numpy(capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,8 +52,8 @@ def test_verify_tunables_builds_a_cover_and_reports_build_failures(
     assert all("cases match NumPy" in line for line in lines)
     assert "0 failed" in err
 
-    from generator.errors import BuildError
-    from generator.tune import verify as verify_mod
+    from clforge.errors import BuildError
+    from clforge.tune import verify as verify_mod
 
     def broken(rt, inst, params=None):  # type: ignore[no-untyped-def]
         raise BuildError(inst.name, "x.cl:3:1: error: something\n1 error generated.")

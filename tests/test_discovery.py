@@ -9,9 +9,9 @@ from pathlib import Path
 import pyopencl as cl
 import pytest
 
-from generator.device import discovery
-from generator.device.discovery import DeviceStatus, host_simd_bits, probe
-from generator.errors import ClforgeWarning, DeviceError
+from clforge.device import discovery
+from clforge.device.discovery import DeviceStatus, host_simd_bits, probe
+from clforge.errors import ClforgeWarning, DeviceError
 
 
 @pytest.mark.parametrize(

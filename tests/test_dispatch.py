@@ -10,19 +10,19 @@ from pathlib import Path
 import numpy as np
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator.call.compiled import TensorType
-from generator.call.dispatcher import ClforgeWarning, Dispatcher, dispatcher
-from generator.call.selection import chosen_or_raise, select
-from generator.core.tree import DEFAULT, Tree
-from generator.device.profile import DeviceProfile
-from generator.emit.generate import generate
-from generator.errors import BuildError, CallError, DispatchError
-from generator.registry import loader as registry_mod
-from generator.runtime.launch import Runtime
-from generator.runtime.program_cache import ProgramCache
-from generator.tools.cli import main
+from clforge.call.compiled import TensorType
+from clforge.call.dispatcher import ClforgeWarning, Dispatcher, dispatcher
+from clforge.call.selection import chosen_or_raise, select
+from clforge.core.tree import DEFAULT, Tree
+from clforge.device.profile import DeviceProfile
+from clforge.emit.generate import generate
+from clforge.errors import BuildError, CallError, DispatchError
+from clforge.registry import loader as registry_mod
+from clforge.runtime.launch import Runtime
+from clforge.runtime.program_cache import ProgramCache
+from clforge.tools.cli import main
 
 FP64 = ("cl_khr_fp64",)
 POCL = DeviceProfile("AMD EPYC", "pocl", "cpu", "skylake-avx512", FP64, 524288, "global", 4096, 2)
@@ -112,7 +112,7 @@ def test_no_candidate_lists_every_rejection() -> None:
 
 def test_explain_cli_text_and_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     profile = tmp_path / "gpu.yaml"
-    from generator.device.profile_files import dump_profile
+    from clforge.device.profile_files import dump_profile
 
     profile.write_text(dump_profile(NVIDIA))
     args = [

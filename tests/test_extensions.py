@@ -14,16 +14,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.call.compiled import TensorType
-from generator.call.dispatcher import dispatcher
-from generator.core.manifest import read_manifest
-from generator.core.tree import DEFAULT, Tree
-from generator.emit.ops_module import ops_source
-from generator.errors import CallError, ExtensionError, SpecError
-from generator.lint.checks import lint
-from generator.registry import loader, sources
-from generator.registry.records import AttrSig, OpSig, TensorSig
-from generator.tools.cli import main
+from clforge.call.compiled import TensorType
+from clforge.call.dispatcher import dispatcher
+from clforge.core.manifest import read_manifest
+from clforge.core.tree import DEFAULT, Tree
+from clforge.emit.ops_module import ops_source
+from clforge.errors import CallError, ExtensionError, SpecError
+from clforge.lint.checks import lint
+from clforge.registry import loader, sources
+from clforge.registry.records import AttrSig, OpSig, TensorSig
+from clforge.tools.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "swiglu"
@@ -32,7 +32,7 @@ EXAMPLE = ROOT / "examples" / "swiglu"
 def clforge(*argv: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess[str]:
     """The CLI in a fresh process, with `env` added to the environment."""
     return subprocess.run(
-        [sys.executable, "-m", "generator", *argv],
+        [sys.executable, "-m", "clforge", *argv],
         cwd=cwd,
         env={**os.environ, "PYTHONPATH": str(ROOT), **env},
         capture_output=True,
@@ -158,7 +158,7 @@ def test_register_in_process(registered: sources.Source) -> None:
     assert d.registry is reg  # the default dispatcher adopted the grown registry
     x = np.random.default_rng(1).standard_normal(1 << 21).astype(np.float32)
     assert d.plan_for(reg.op("relu"), {"x": x}, {}).inst.name == "relu__cpu_wide__f32"
-    from generated import ops as builtin
+    from clforge.generated import ops as builtin
 
     np.testing.assert_array_equal(builtin.relu(x), np.maximum(x, 0))
     sources.unregister("swiglu")
@@ -221,7 +221,7 @@ def test_installed_from_a_distribution(tmp_path: Path) -> None:
     assert listed.returncode == 0 and "[swiglu]" in listed.stdout, listed.stderr
     run = python(
         "import numpy as np, swiglu_kernels.ops as ops\n"
-        "from generator.registry import loader\n"
+        "from clforge.registry import loader\n"
         "reg = loader.default(); home = reg.home('swiglu')\n"
         "print(home.found_by, home.root, home.generated)\n"
         "for n in (0, 1, 7, 8195, 100003):\n"
@@ -257,8 +257,8 @@ def test_tuning_writes_into_the_extensions_tuning_folder(tmp_path: Path) -> None
 
 
 def test_each_tuned_entry_goes_to_its_instances_tree(registered: sources.Source) -> None:
-    from generator.params.database import Entry
-    from generator.tune.tuner import files_for
+    from clforge.params.database import Entry
+    from clforge.tune.tuner import files_for
 
     reg = loader.default()
     entries = [
@@ -304,7 +304,7 @@ def test_required_attributes_are_required_keywords() -> None:
     op = OpSig("scale", "", ("N",), (t,), (y,), attrs, ("f32",), "specs/scale.yaml", call="flat")
     text = ops_source([op], DEFAULT)
     assert "    alpha: float,\n" in text and "    beta: float = 0.5,\n" in text
-    from generated import ops
+    from clforge.generated import ops
 
     params = inspect.signature(ops.permute).parameters
     assert "p0" not in params and "axes" in params  # the convention sets them
@@ -312,10 +312,10 @@ def test_required_attributes_are_required_keywords() -> None:
 
 
 def test_the_bench_covers_an_extensions_ops(registered: sources.Source) -> None:
-    from generator.tools.bench import peer_numpy
-    from generator.tools.bench.cases import extension_cases
-    from generator.tools.bench.clforge_side import requests
-    from generator.tools.bench.timing import Call
+    from clforge.tools.bench import peer_numpy
+    from clforge.tools.bench.cases import extension_cases
+    from clforge.tools.bench.clforge_side import requests
+    from clforge.tools.bench.timing import Call
 
     reg = loader.default()
     (case,) = extension_cases(reg)

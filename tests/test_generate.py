@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from generator.core.tree import DEFAULT, Tree
-from generator.emit.generate import build, generate
-from generator.errors import StaleError
-from generator.tools.cli import main
+from clforge.core.tree import DEFAULT, Tree
+from clforge.emit.generate import build, generate
+from clforge.errors import StaleError
+from clforge.tools.cli import main
 
 
 @pytest.fixture
@@ -132,7 +132,7 @@ KILLED = """
 import os, signal
 from pathlib import Path
 os.umask(0o022)
-import generator.core.atomic_file as atomic_file
+import clforge.core.atomic_file as atomic_file
 count = [0]
 real = atomic_file._temporary
 def temporary(path):
@@ -143,8 +143,8 @@ def temporary(path):
         os.kill(os.getpid(), signal.SIGKILL)
     return fd, tmp
 atomic_file._temporary = temporary
-from generator.core.tree import Tree
-from generator.emit.generate import generate
+from clforge.core.tree import Tree
+from clforge.emit.generate import generate
 generate(Tree(Path(os.environ["TREE"])))
 """
 
@@ -163,8 +163,8 @@ def _killed_generate(tree: Tree, at: int) -> None:
 def test_interrupted_generation_leaves_no_debris_and_is_refused_at_run_time(tree: Tree) -> None:
     import stat
 
-    from generator.errors import GenerationError
-    from generator.registry import loader as registry_mod
+    from clforge.errors import GenerationError
+    from clforge.registry import loader as registry_mod
 
     generate(tree)
     reg = registry_mod.load(tree)
@@ -199,7 +199,7 @@ def test_interrupted_generation_leaves_no_debris_and_is_refused_at_run_time(tree
 def test_the_stamp_makes_a_no_op_generate_skip_the_build(
     tree: Tree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from generator.emit import generate as generate_mod
+    from clforge.emit import generate as generate_mod
 
     generate(tree)
     calls = []

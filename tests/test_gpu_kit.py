@@ -76,7 +76,7 @@ def local_device() -> str:
     if os.environ.get("CLFORGE_DEVICE", "").strip():
         return os.environ["CLFORGE_DEVICE"].strip()
     done = subprocess.run(
-        [sys.executable, "-m", "generator", "devices"],
+        [sys.executable, "-m", "clforge", "devices"],
         cwd=ROOT,
         capture_output=True,
         text=True,

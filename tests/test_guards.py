@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from generator.core import expressions as guards
-from generator.errors import GuardError
+from clforge.core import expressions as guards
+from clforge.errors import GuardError
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Transparent huge pages for CPU devices' buffers (generator/runtime/hugepages.py): the
+"""Transparent huge pages for CPU devices' buffers (generator/clforge/runtime/hugepages.py): the
 kernel's setting read, the span advised, the advice really applied to a pool block (the
 block's mapping is flagged in /proc/self/smaps), and results unchanged."""
 
@@ -10,11 +10,11 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator.call.dispatcher import dispatcher
-from generator.runtime import hugepages
-from generator.runtime.hugepages import HUGE, huge_span, thp_setting
+from clforge.call.dispatcher import dispatcher
+from clforge.runtime import hugepages
+from clforge.runtime.hugepages import HUGE, huge_span, thp_setting
 
 
 @pytest.mark.parametrize(

@@ -13,12 +13,12 @@ import zlib
 import numpy as np
 import pytest
 
-from generator import references
-from generator.call.binding import bind_dims, int_attrs, resolve_attrs
-from generator.core.dtypes import DTYPES
-from generator.references import Case
-from generator.registry import loader as registry_mod
-from generator.registry.loader import guard_holds
+from clforge import references
+from clforge.call.binding import bind_dims, int_attrs, resolve_attrs
+from clforge.core.dtypes import DTYPES
+from clforge.references import Case
+from clforge.registry import loader as registry_mod
+from clforge.registry.loader import guard_holds
 
 from .checking import assert_close, launch_with_canaries
 
@@ -87,8 +87,8 @@ STREAMING = sorted(n for n, i in REG.instances.items() if "NT_MIN" in i.param_ma
 def test_streaming_stores_match_numpy(runtime, name: str) -> None:
     """The streaming-store path of a kernel, taken from NT_MIN output elements on, on every case
     (NT_MIN = 0: always taken; the tuner's larger thresholds run the same code)."""
-    from generator.params.space import as_params
-    from generator.tune.verify import verify
+    from clforge.params.space import as_params
+    from clforge.tune.verify import verify
 
     inst = REG.instance(name)
     verdict = verify(runtime, inst, as_params({**inst.param_map, "NT_MIN": 0}))

@@ -24,16 +24,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from generator.core.tree import DEFAULT, Tree
-from generator.emit.generate import generate
-from generator.errors import Location, SpecError
-from generator.lint import checks as lint_mod
-from generator.lint import rules
-from generator.lint.checks import lint
-from generator.lint.device_build import compiler_errors
-from generator.spec.load import check_text
-from generator.spec.schema import json_schema, schema_text
-from generator.tools.cli import main
+from clforge.core.tree import DEFAULT, Tree
+from clforge.emit.generate import generate
+from clforge.errors import Location, SpecError
+from clforge.lint import checks as lint_mod
+from clforge.lint import rules
+from clforge.lint.checks import lint
+from clforge.lint.device_build import compiler_errors
+from clforge.spec.load import check_text
+from clforge.spec.schema import json_schema, schema_text
+from clforge.tools.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = Path(__file__).resolve().parent / "lint_cases"
@@ -43,7 +43,7 @@ MODELINE = "# yaml-language-server: $schema=schema.json\n"
 
 RELU = """\
 op: relu
-reference: generator.references.elementwise:relu
+reference: clforge.references.elementwise:relu
 dims: [N]
 inputs:
   x: [N]
@@ -82,7 +82,7 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="module")
 def device() -> None:
     try:
-        from generator.device.discovery import default_device
+        from clforge.device.discovery import default_device
 
         default_device()
     except Exception as exc:  # no pyopencl, no platform, no device that builds
@@ -128,7 +128,7 @@ def test_every_emitted_rule_is_catalogued_and_every_rule_is_emitted() -> None:
 
 
 def test_an_unknown_rule_id_reads_as_internal_error() -> None:
-    from generator.errors import Location
+    from clforge.errors import Location
 
     d = rules.diagnostic(Location("x.yaml", 1, 1), "no-such-rule", "boom")
     assert d.rule == "internal-error"
@@ -157,7 +157,7 @@ def test_lint_case(case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     if "--compile" in args:
         pytest.importorskip("pyopencl")
         try:
-            from generator.device.discovery import default_device
+            from clforge.device.discovery import default_device
 
             default_device()
         except Exception as exc:
@@ -202,7 +202,7 @@ def test_plain_lint_needs_no_opencl() -> None:
     """`clforge lint` without --compile runs where pyopencl cannot even be imported."""
     code = (
         "import sys; sys.modules['pyopencl'] = None\n"
-        "from generator.tools.cli import main\n"
+        "from clforge.tools.cli import main\n"
         "raise SystemExit(main(['lint']))\n"
     )
     done = subprocess.run(
@@ -273,7 +273,7 @@ def test_github_format(broken: Path, capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_github_format_escapes() -> None:
-    from generator.errors import Diagnostic, Location, Severity
+    from clforge.errors import Diagnostic, Location, Severity
 
     report = lint_mod.Report(
         (Diagnostic(Location("specs/a,b:c.yaml"), "modeline", "50%\nnext", Severity.WARNING),),

@@ -27,11 +27,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from generator.core.tree import Tree
-from generator.lint import rules
-from generator.lint.checks import format_github, format_json, format_text, lint
-from generator.spec.load import load_specs
-from generator.spec.schema import json_schema
+from clforge.core.tree import Tree
+from clforge.lint import rules
+from clforge.lint.checks import format_github, format_json, format_text, lint
+from clforge.spec.load import load_specs
+from clforge.spec.schema import json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 BASES = ("add", "matmul", "max", "families/binary", "families/reduce")

@@ -9,18 +9,18 @@ from __future__ import annotations
 import numpy as np
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator.call.dispatcher import dispatcher
-from generator.call.eager import eager_plan, prepare
-from generator.call.selection import select
-from generator.device.profile import DeviceProfile
-from generator.device.profile_files import find_profile
-from generator.errors import CallError
-from generator.params.space import as_params
-from generator.references import expected
-from generator.registry import loader as registry_mod
-from generator.tune.verify import verify
+from clforge.call.dispatcher import dispatcher
+from clforge.call.eager import eager_plan, prepare
+from clforge.call.selection import select
+from clforge.device.profile import DeviceProfile
+from clforge.device.profile_files import find_profile
+from clforge.errors import CallError
+from clforge.params.space import as_params
+from clforge.references import expected
+from clforge.registry import loader as registry_mod
+from clforge.tune.verify import verify
 
 REG = registry_mod.default()
 ATTENTION = REG.op("attention")

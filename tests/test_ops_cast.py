@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator.call.dispatcher import dispatcher
-from generator.errors import CallError
+from clforge.call.dispatcher import dispatcher
+from clforge.errors import CallError
 
 rng = np.random.default_rng(23)
 DTYPES = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32}

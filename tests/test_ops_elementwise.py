@@ -13,15 +13,15 @@ from typing import Any
 import numpy as np
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator import references
-from generator.call.dispatcher import dispatcher
-from generator.call.selection import select
-from generator.device.profile import DeviceProfile
-from generator.device.profile_files import find_profile
-from generator.errors import CallError
-from generator.registry import loader as registry_mod
+from clforge import references
+from clforge.call.dispatcher import dispatcher
+from clforge.call.selection import select
+from clforge.device.profile import DeviceProfile
+from clforge.device.profile_files import find_profile
+from clforge.errors import CallError
+from clforge.registry import loader as registry_mod
 
 REG = registry_mod.default()
 rng = np.random.default_rng(11)
@@ -238,7 +238,7 @@ def test_python_numbers_are_weak_scalars(x: np.ndarray, number: float, want: typ
 
 
 def test_a_promotion_to_an_unsupported_dtype_is_refused() -> None:
-    from generator.conventions.promotion import promoted
+    from clforge.conventions.promotion import promoted
 
     sig = REG.op("add")
     narrow = type(sig)(**{**vars(sig), "dtypes": ("f32", "f16", "i32")})

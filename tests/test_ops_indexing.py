@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator.call.dispatcher import dispatcher
-from generator.call.selection import select
-from generator.device.profile_files import find_profile
-from generator.errors import CallError
-from generator.registry import loader as registry_mod
+from clforge.call.dispatcher import dispatcher
+from clforge.call.selection import select
+from clforge.device.profile_files import find_profile
+from clforge.errors import CallError
+from clforge.registry import loader as registry_mod
 
 REG = registry_mod.default()
 rng = np.random.default_rng(41)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator.call.dispatcher import dispatcher
-from generator.call.selection import select
-from generator.device.profile import DeviceProfile
-from generator.device.profile_files import find_profile
-from generator.errors import CallError
-from generator.registry import loader as registry_mod
+from clforge.call.dispatcher import dispatcher
+from clforge.call.selection import select
+from clforge.device.profile import DeviceProfile
+from clforge.device.profile_files import find_profile
+from clforge.errors import CallError
+from clforge.registry import loader as registry_mod
 
 REG = registry_mod.default()
 rng = np.random.default_rng(11)
@@ -327,7 +327,7 @@ def test_f16_picks_native_half_only_with_the_extension() -> None:
 
 
 def test_permute_convention_merges_axes_that_stay_together() -> None:
-    from generator.conventions import CONVENTIONS
+    from clforge.conventions import CONVENTIONS
 
     conv, op = CONVENTIONS["permute"], REG.op("permute")
     canon = conv.canonical(op, {"x": np.ones((2, 3, 5, 7))}, {"axes": (0, 2, 3, 1)})

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator.call.dispatcher import dispatcher
-from generator.call.selection import select
-from generator.device.profile_files import find_profile
-from generator.errors import CallError
-from generator.registry import loader as registry_mod
+from clforge.call.dispatcher import dispatcher
+from clforge.call.selection import select
+from clforge.device.profile_files import find_profile
+from clforge.errors import CallError
+from clforge.registry import loader as registry_mod
 
 REG = registry_mod.default()
 rng = np.random.default_rng(31)
@@ -79,7 +79,7 @@ POOL_CALLS = [
 
 def _pool_ref(kind: str, x: np.ndarray, kernel_size, stride=None, padding=0, dilation=1,  # type: ignore[no-untyped-def]
               ceil_mode=False, count_include_pad=True, divisor_override=None):  # fmt: skip
-    from generator.references import nn
+    from clforge.references import nn
 
     def pair(v):  # type: ignore[no-untyped-def]
         return (v, v) if isinstance(v, int) else v

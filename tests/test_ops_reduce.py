@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator.call.dispatcher import dispatcher
-from generator.call.selection import select
-from generator.core.tree import DEFAULT
-from generator.device.profile import DeviceProfile
-from generator.device.profile_files import find_profile
-from generator.errors import CallError
-from generator.registry import loader as registry_mod
+from clforge.call.dispatcher import dispatcher
+from clforge.call.selection import select
+from clforge.core.tree import DEFAULT
+from clforge.device.profile import DeviceProfile
+from clforge.device.profile_files import find_profile
+from clforge.errors import CallError
+from clforge.registry import loader as registry_mod
 
 rng = np.random.default_rng(5)
 REG = registry_mod.default()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from generator.device.profile import VECTOR_TYPES, DeviceProfile
-from generator.device.profile_files import (
+from clforge.device.profile import VECTOR_TYPES, DeviceProfile
+from clforge.device.profile_files import (
     FIELDS,
     PROFILES_DIR,
     dump_profile,
@@ -16,15 +16,15 @@ from generator.device.profile_files import (
     parse_profile,
     shipped_profiles,
 )
-from generator.device.vendors import (
+from clforge.device.vendors import (
     intel_gpu_arch,
     intel_ip_version,
     normalize_vendor,
     opencl_c_number,
     split_device_name,
 )
-from generator.errors import DeviceError, SpecError
-from generator.tools.cli import main
+from clforge.errors import DeviceError, SpecError
+from clforge.tools.cli import main
 
 POCL = "Portable Computing Language"
 
@@ -188,7 +188,7 @@ def test_opencl_c_number() -> None:
 
 @pytest.fixture(scope="module")
 def live_device():
-    from generator.device.discovery import default_device
+    from clforge.device.discovery import default_device
 
     dev = default_device()
     if "portable computing language" not in dev.platform.name.lower():
@@ -197,7 +197,7 @@ def live_device():
 
 
 def test_live_profile_of_the_pocl_cpu_device(live_device) -> None:
-    from generator.device.query import from_device
+    from clforge.device.query import from_device
 
     p = from_device(live_device)
     assert (p.device_type, p.vendor) == ("cpu", "pocl")
@@ -217,7 +217,7 @@ def test_live_profile_of_the_pocl_cpu_device(live_device) -> None:
 def test_raw_queries_through_ctypes_agree_with_pyopencl(live_device) -> None:
     import ctypes
 
-    from generator.device.query import _opencl_library, query_uint
+    from clforge.device.query import _opencl_library, query_uint
 
     lib = _opencl_library()
     assert lib is not None

@@ -11,11 +11,11 @@ from pathlib import Path
 import pyopencl as cl
 import pytest
 
-from generator.runtime.program_cache import ProgramCache
+from clforge.runtime.program_cache import ProgramCache
 
 SCRIPT = """
 import json
-from generator.runtime.launch import Runtime
+from clforge.runtime.launch import Runtime
 rt = Runtime()
 rt.kernel(rt.registry.instance("matmul__cpu_blocked__f32__a_row__b_row"))
 rt.kernel(rt.registry.instance("matmul__cpu_blocked__f32__a_row__b_row"))
@@ -74,7 +74,7 @@ def test_a_build_that_succeeds_with_no_kernel_is_a_build_error(runtime, tmp_path
     # PoCL 3.0 compiling for an older CPU than the host returned such programs for some kernels
     # (and reading their binary crashed the process); a source with no kernel gives the same
     # program on every driver
-    from generator.errors import BuildError
+    from clforge.errors import BuildError
 
     cache = ProgramCache(tmp_path)
     with pytest.raises(BuildError, match="holds no kernel"):
@@ -83,7 +83,7 @@ def test_a_build_that_succeeds_with_no_kernel_is_a_build_error(runtime, tmp_path
 
 
 def test_the_suite_never_writes_the_users_cache() -> None:
-    from generator.call.dispatcher import dispatcher
+    from clforge.call.dispatcher import dispatcher
 
     home = (Path.home() / ".cache" / "clforge").resolve()
     for cache in (ProgramCache.default(), dispatcher().runtime.cache):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator.call.dispatcher import dispatcher
-from generator.runtime.transfer import to_host
+from clforge.call.dispatcher import dispatcher
+from clforge.runtime.transfer import to_host
 
 rng = np.random.default_rng(11)
 

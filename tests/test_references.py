@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator import references
-from generator.errors import ReferenceLookupError
-from generator.references import locate
-from generator.registry.records import OpSig
+from clforge import references
+from clforge.errors import ReferenceLookupError
+from clforge.references import locate
+from clforge.registry.records import OpSig
 
 
 def _op(reference: str | None) -> OpSig:
@@ -35,9 +35,9 @@ def test_a_bare_function_is_a_reference_with_the_default_cases(tmp_path: Path) -
     [
         (None, "has no NumPy reference"),
         ("no_colon", "is not a path `module:name`"),
-        ("generator.references.elementwise:nope", "has no 'nope'"),
+        ("clforge.references.elementwise:nope", "has no 'nope'"),
         ("no_such_module_xyz:f", "cannot import"),
-        ("generator.references.base:_TYPE", "has no"),
+        ("clforge.references.base:_TYPE", "has no"),
         ("numpy:pi", "is a float, not a Reference or a function"),
     ],
 )
@@ -74,7 +74,7 @@ def test_the_attention_reference_is_pytorchs_formula_element_by_element() -> Non
     v, mask = rng.standard_normal((b, hk, sk, dv)), rng.standard_normal((1, h, sq, sk))
     mask[0, 1, 2, :] = -np.inf
     attrs = {"scale": 0.7, "softcap": 1.5, "causal": 1}
-    ref = "generator.references.conv:attention"
+    ref = "clforge.references.conv:attention"
     op = OpSig("attention", "", (), (), (), (), ("f64",), "", reference=ref)
     got = references.expected(op, {"q": q, "k": k, "v": v, "mask": mask}, attrs)["o"]
     want = np.zeros((b, h, sq, dv))
@@ -99,7 +99,7 @@ def test_a_keep_mask_is_its_additive_form() -> None:
     q, k, v = (rng.standard_normal((1, 2, 6, 4)) for _ in range(3))
     keep = (rng.random((1, 1, 6, 6)) > 0.4).astype(np.float64)
     keep[..., 2, :] = 0
-    ref = "generator.references.conv:attention"
+    ref = "clforge.references.conv:attention"
     op = OpSig("attention", "", (), (), (), (), ("f64",), "", reference=ref)
     base = {"q": q, "k": k, "v": v}
     got = references.expected(op, base | {"mask": keep}, {"scale": 0.5, "bool_mask": 1})["o"]

@@ -11,17 +11,17 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 import pytest
+from clforge.generated import ops
 
-from generated import ops
-from generator.call.dispatcher import dispatcher
-from generator.errors import CallError
+from clforge.call.dispatcher import dispatcher
+from clforge.errors import CallError
 
 THREADS = r"""
 import sys, threading, time
 import numpy as np
 import pyopencl.array as cla
-from generated import ops
-from generator.call.dispatcher import dispatcher
+from clforge.generated import ops
+from clforge.call.dispatcher import dispatcher
 
 sys.setswitchinterval(1e-6)
 q = dispatcher().runtime.queue

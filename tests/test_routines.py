@@ -10,21 +10,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generator.call.dispatcher import Dispatcher
-from generator.core.tree import DEFAULT, Tree
-from generator.emit.generate import generate
-from generator.errors import TemplateError
-from generator.registry import loader as registry_mod
-from generator.runtime.launch import Runtime
-from generator.runtime.program_cache import ProgramCache
-from generator.tools.cli import main
-from generator.tune.verify import verify
+from clforge.call.dispatcher import Dispatcher
+from clforge.core.tree import DEFAULT, Tree
+from clforge.emit.generate import generate
+from clforge.errors import TemplateError
+from clforge.registry import loader as registry_mod
+from clforge.runtime.launch import Runtime
+from clforge.runtime.program_cache import ProgramCache
+from clforge.tools.cli import main
+from clforge.tune.verify import verify
 
 RELU = """\
 # yaml-language-server: $schema=schema.json
 op: relu
 doc: "relu, with a two-step routine for the cpu"
-reference: generator.references.elementwise:relu
+reference: clforge.references.elementwise:relu
 call: flat
 dims: [N]
 inputs:
@@ -81,7 +81,7 @@ def tree(tmp_path: Path) -> Tree:
 
 
 def _dispatcher(tree: Tree) -> Dispatcher:
-    from generator.call.dispatcher import dispatcher
+    from clforge.call.dispatcher import dispatcher
 
     rt = Runtime(dispatcher().runtime.queue, registry_mod.load(tree), ProgramCache(None))
     return Dispatcher.for_runtime(rt)

@@ -6,8 +6,8 @@ import numpy as np
 import pyopencl.array as cla
 import pytest
 
-from generator.errors import CallError, ClforgeError
-from generator.runtime.launch import geometry
+from clforge.errors import CallError, ClforgeError
+from clforge.runtime.launch import geometry
 
 rng = np.random.default_rng(3)
 
@@ -80,12 +80,12 @@ def test_unknown_instance(runtime, launcher) -> None:
 def test_variant_build_options_reach_the_compiler(runtime, tmp_path) -> None:
     import shutil
 
-    from generator.call.dispatcher import Dispatcher
-    from generator.core.tree import DEFAULT, Tree
-    from generator.emit.generate import generate
-    from generator.registry import loader as registry_mod
-    from generator.runtime.launch import Runtime
-    from generator.runtime.program_cache import ProgramCache
+    from clforge.call.dispatcher import Dispatcher
+    from clforge.core.tree import DEFAULT, Tree
+    from clforge.emit.generate import generate
+    from clforge.registry import loader as registry_mod
+    from clforge.runtime.launch import Runtime
+    from clforge.runtime.program_cache import ProgramCache
 
     shutil.copytree(DEFAULT.templates, tmp_path / "templates")
     (tmp_path / "templates" / "custom").mkdir()

@@ -2,7 +2,7 @@
 that the unary family's cpu kernels use instead of libm: each instance an op spec's `accuracy:`
 bound names is run on the device over a dense sweep of inputs (every 4093rd float32 bit
 pattern, every f16 value, 2^20 points of the bound's range, the special values) and compared
-with float64 (generator/references/accuracy.py). The bounds are the measured errors with a
+with float64 (generator/clforge/references/accuracy.py). The bounds are the measured errors with a
 small margin, also shown in docs/ops.md; special values (NaN, infinities, signed zeros) must
 match exactly.
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from generator.call.binding import resolve_attrs
-from generator.references import accuracy
-from generator.registry import loader as registry_mod
-from generator.spec.load import load_specs
-from generator.spec.model import AccuracySpec
+from clforge.call.binding import resolve_attrs
+from clforge.references import accuracy
+from clforge.registry import loader as registry_mod
+from clforge.spec.load import load_specs
+from clforge.spec.model import AccuracySpec
 
 from .checking import launch_with_canaries
 

@@ -15,10 +15,10 @@ from collections import defaultdict
 
 import pytest
 
-from generator.params.space import ParamSpace
-from generator.registry import loader as registry_mod
-from generator.registry.records import Instance
-from generator.tune.verify import verify
+from clforge.params.space import ParamSpace
+from clforge.registry import loader as registry_mod
+from clforge.registry.records import Instance
+from clforge.tune.verify import verify
 
 REG = registry_mod.default()
 

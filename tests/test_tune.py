@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from generator.core.tree import DEFAULT, Tree
-from generator.device.profile import DeviceProfile
-from generator.emit.generate import generate
-from generator.errors import CallError, TemplateError
-from generator.params.database import (
+from clforge.core.tree import DEFAULT, Tree
+from clforge.device.profile import DeviceProfile
+from clforge.emit.generate import generate
+from clforge.errors import CallError, TemplateError
+from clforge.params.database import (
     CATCH_ALL,
     Entry,
     TuningError,
@@ -30,11 +30,11 @@ from generator.params.database import (
     parse,
     schema_hash,
 )
-from generator.params.fingerprint import Fingerprint
-from generator.params.lookup import ParamLookup, parse_overrides
-from generator.params.space import ParamSpace
-from generator.references.base import Case
-from generator.registry import loader as registry_mod
+from clforge.params.fingerprint import Fingerprint
+from clforge.params.lookup import ParamLookup, parse_overrides
+from clforge.params.space import ParamSpace
+from clforge.references.base import Case
+from clforge.registry import loader as registry_mod
 
 REG = registry_mod.default()
 CPU = DeviceProfile(
@@ -193,9 +193,9 @@ def test_overrides_from_python_and_the_environment() -> None:
 
 def test_an_override_reaches_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
+    from clforge.generated import ops
 
-    from generated import ops
-    from generator.call.dispatcher import dispatcher
+    from clforge.call.dispatcher import dispatcher
 
     d = dispatcher()
     d.override_params("relu__cpu__f32", {"CHUNK": 1024})
@@ -213,9 +213,9 @@ def test_the_plan_covers_channels_last_convs_and_the_layouts_asked_for() -> None
     """Jobs run in every tensor's first layout and in the convention's others (channels-last
     convs, which the benchmarks run); `--layouts` adds combinations, and a tensor or layout
     the op does not have is a usage error that names what it has."""
-    from generator.errors import UsageError
-    from generator.tune.cases import parse_layouts
-    from generator.tune.tuner import plan_jobs
+    from clforge.errors import UsageError
+    from clforge.tune.cases import parse_layouts
+    from clforge.tune.tuner import plan_jobs
 
     conv = {j.inst.name for j in plan_jobs(REG, CPU, ["conv2d"], ["f32"])}
     assert "conv2d__cpu_packed__f32__x_row__y_row" in conv
@@ -237,12 +237,12 @@ def test_every_bench_case_is_tuned_at_its_own_shape_bucket() -> None:
     bench case's op, dtype, layouts, attributes and shape bucket is a job the default plan
     makes, wherever the case's instance has parameters to tune (attributes aside: entries are
     keyed by instance and bucket)."""
-    from generator.call.binding import bind_dims, resolve_attrs
-    from generator.call.selection import select
-    from generator.device.discovery import default_device
-    from generator.device.query import from_device
-    from generator.tools.bench.cases import CASES
-    from generator.tune.tuner import plan_jobs
+    from clforge.call.binding import bind_dims, resolve_attrs
+    from clforge.call.selection import select
+    from clforge.device.discovery import default_device
+    from clforge.device.query import from_device
+    from clforge.tools.bench.cases import CASES
+    from clforge.tune.tuner import plan_jobs
 
     device = from_device(default_device())
     jobs = plan_jobs(REG, device, sorted({c.op for c in CASES}), ["f32", "f64"])
@@ -292,9 +292,9 @@ def planted(tmp_path: Path) -> Tree:
 
 
 def _tune(tree: Tree, **kw):  # type: ignore[no-untyped-def]
-    from generator.device.discovery import default_device
-    from generator.device.query import from_device
-    from generator.tune.tuner import plan_jobs, tune
+    from clforge.device.discovery import default_device
+    from clforge.device.query import from_device
+    from clforge.tune.tuner import plan_jobs, tune
 
     reg = registry_mod.load(tree)
     profile = from_device(default_device())
@@ -307,9 +307,9 @@ def _tune(tree: Tree, **kw):  # type: ignore[no-untyped-def]
 def test_a_budget_that_runs_out_leaves_every_job_its_first_candidates(tmp_path: Path) -> None:
     """Breadth first: each job's defaults, then each job's second candidate, ...; a clock that
     ticks once per look lets exactly three candidates in, one round and a half."""
-    from generator.device.discovery import default_device
-    from generator.device.query import from_device
-    from generator.tune.tuner import plan_jobs, tune
+    from clforge.device.discovery import default_device
+    from clforge.device.query import from_device
+    from clforge.tune.tuner import plan_jobs, tune
 
     profile = from_device(default_device())
     cases = {op: (Case({"N": 1009}),) for op in ("abs", "relu")}
@@ -351,7 +351,7 @@ def test_a_budget_that_runs_out_leaves_every_job_its_first_candidates(tmp_path: 
 def test_a_wrong_candidate_is_never_chosen_and_the_kernel_change_makes_entries_stale(
     planted: Tree,
 ) -> None:
-    from generator.tune.tuner import stale_entries
+    from clforge.tune.tuner import stale_entries
 
     reg, profile, report = _tune(planted, fresh=True)
     rejected = [(i, dict(kv.split("=") for kv in p.split(","))) for i, p, _ in report.rejected]
@@ -377,12 +377,12 @@ def test_a_wrong_candidate_is_never_chosen_and_the_kernel_change_makes_entries_s
 
 @pytest.mark.slow
 def test_a_killed_run_resumes_where_it_stopped(planted: Tree) -> None:
-    from generator.params.fingerprint import Fingerprint as Fp
+    from clforge.params.fingerprint import Fingerprint as Fp
 
     cmd = [
         sys.executable,
         "-m",
-        "generator",
+        "clforge",
         "--root",
         str(planted.root),
         "tune",
@@ -396,9 +396,9 @@ def test_a_killed_run_resumes_where_it_stopped(planted: Tree) -> None:
         "--fresh",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    from generator.core.cache_dir import cache_dir
-    from generator.device.discovery import default_device
-    from generator.device.query import from_device
+    from clforge.core.cache_dir import cache_dir
+    from clforge.device.discovery import default_device
+    from clforge.device.query import from_device
 
     journal = cache_dir("tune", f"{Fp.of(from_device(default_device())).slug}.jsonl")
     assert journal is not None
@@ -422,10 +422,10 @@ def test_a_tuned_set_that_cannot_be_rendered_falls_back_to_the_defaults(tmp_path
     then unavailable, and the call runs the generated defaults, with a warning."""
     import numpy as np
 
-    from generator.call.dispatcher import Dispatcher, dispatcher
-    from generator.errors import ClforgeWarning
-    from generator.runtime.launch import Runtime
-    from generator.runtime.program_cache import ProgramCache
+    from clforge.call.dispatcher import Dispatcher, dispatcher
+    from clforge.errors import ClforgeWarning
+    from clforge.runtime.launch import Runtime
+    from clforge.runtime.program_cache import ProgramCache
 
     shutil.copytree(DEFAULT.specs, tmp_path / "specs")
     shutil.copytree(DEFAULT.templates, tmp_path / "templates")
@@ -452,10 +452,10 @@ def test_selection_follows_the_measured_crossover(runtime) -> None:
     nearest tuned bucket that times two of them; with no such bucket, the ranking stands."""
     import numpy as np
 
-    from generator.call.dispatcher import Dispatcher
-    from generator.device.query import from_device
-    from generator.params.database import Entry, bucket_of, schema_hash
-    from generator.params.lookup import ParamLookup
+    from clforge.call.dispatcher import Dispatcher
+    from clforge.device.query import from_device
+    from clforge.params.database import Entry, bucket_of, schema_hash
+    from clforge.params.lookup import ParamLookup
 
     reg = runtime.registry
     profile = from_device(runtime.device)
@@ -497,7 +497,7 @@ def test_selection_follows_the_measured_crossover(runtime) -> None:
 
 
 def test_shape_distance_is_size_then_shape_in_powers_of_two() -> None:
-    from generator.params.database import bucket_dims, bucket_of, shape_distance
+    from clforge.params.database import bucket_dims, bucket_of, shape_distance
 
     b = bucket_of({"M": 64, "N": 64, "K": 64})
     assert bucket_dims(b) == {"K": 64, "M": 64, "N": 64}
@@ -516,7 +516,7 @@ def test_a_parameter_set_the_guard_refuses_at_a_shape_is_not_timed_there() -> No
     needs KB to divide K / groups: KB=2 passes the op's cases with a channel multiplier of 2,
     but at a depthwise shape (multiplier 1) it would compute half the channels, fast. The
     tuner's worker refuses to time it there (it once won the tuning so)."""
-    from generator.tune.worker import Worker
+    from clforge.tune.worker import Worker
 
     worker = Worker()
     dims = {"N": 1, "C": 8, "H": 9, "W": 9, "K": 8, "CG": 1, "R": 3, "S": 3, "OH": 9, "OW": 9}
@@ -547,7 +547,7 @@ def test_a_parameter_set_the_guard_refuses_at_a_shape_is_not_timed_there() -> No
 def test_a_race_times_its_runners_interleaved() -> None:
     """Each round times every runner once, from a different one each round, so a slow spell
     of the machine lands on all of them; the medians keep their order."""
-    from generator.tune.measure import race_times
+    from clforge.tune.measure import race_times
 
     order: list[int] = []
 
@@ -572,10 +572,10 @@ def test_the_variants_chosen_at_a_shape_race_each_other(tmp_path: Path, monkeypa
     that selection follows)."""
     import json
 
-    from generator.core.cache_dir import cache_dir
-    from generator.device.discovery import default_device
-    from generator.device.query import from_device
-    from generator.tune.tuner import plan_jobs, tune
+    from clforge.core.cache_dir import cache_dir
+    from clforge.device.discovery import default_device
+    from clforge.device.query import from_device
+    from clforge.tune.tuner import plan_jobs, tune
 
     monkeypatch.setenv("CLFORGE_CACHE_DIR", str(tmp_path / "cache"))
     profile = from_device(default_device())
@@ -623,7 +623,7 @@ def test_a_change_to_an_imported_template_makes_entries_stale_though_defaults_re
     """A tuned set is rendered from the templates, not read from generated/: a change that only
     other parameters see (here a Jinja comment, which renders nothing) still changes what an
     entry measured, so the entry must not be reused."""
-    from generator.emit.render import Renderer
+    from clforge.emit.render import Renderer
 
     shutil.copytree(DEFAULT.specs, tmp_path / "specs")
     shutil.copytree(DEFAULT.templates, tmp_path / "templates")
@@ -644,7 +644,7 @@ def test_a_change_to_an_imported_template_makes_entries_stale_though_defaults_re
 def test_prune_drops_only_the_stale_entries(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     """A device not at hand cannot be re-tuned after its kernel changed: `tune --prune` drops
     its stale entries (and those of instances that no longer exist) and keeps the rest."""
-    from generator.tools.cli import main
+    from clforge.tools.cli import main
 
     shutil.copytree(DEFAULT.specs, tmp_path / "specs")
     shutil.copytree(DEFAULT.templates, tmp_path / "templates")
@@ -672,7 +672,7 @@ def test_the_measuring_process_ends_with_a_killed_tuner(tmp_path: Path) -> None:
     n = 2048 can take minutes, on a machine others then measure)."""
     parent = (
         "import os, subprocess, sys, time\n"
-        "w = subprocess.Popen([sys.executable, '-c', 'from generator.tune.worker import "
+        "w = subprocess.Popen([sys.executable, '-c', 'from clforge.tune.worker import "
         "exit_with_parent; import time; exit_with_parent(%d, 0.05); time.sleep(60)' % os.getpid()],"
         " stdin=subprocess.PIPE)\n"
         "print(w.pid, flush=True)\n"
@@ -697,7 +697,7 @@ def test_the_measuring_process_ends_with_a_killed_tuner(tmp_path: Path) -> None:
 
 
 def test_progress_in_a_log_is_a_line_now_and_then(capsys) -> None:  # type: ignore[no-untyped-def]
-    from generator.tools.tune_cmd import progress_bar
+    from clforge.tools.tune_cmd import progress_bar
 
     now = [0.0]
     with progress_bar(10, tty=False, every_s=60, clock=lambda: now[0]) as update:

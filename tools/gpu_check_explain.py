@@ -1,7 +1,7 @@
 """The GPU check kit's explain step: the dispatcher's choice for every op and dtype on one device.
 
 Run by `tools/gpu-check run`; it uses nothing of clforge but its command line (`python -m
-generator explain ... --json`) and the spec files' documented top-level keys (`op`, `dims`,
+clforge explain ... --json`) and the spec files' documented top-level keys (`op`, `dims`,
 `dtypes`, `call`; an op of a family takes the ones it does not write from
 `specs/families/<family>.yaml`), so it keeps working while the code inside generator/ moves.
 Each call gets representative sizes chosen by the op's calling convention (the sizes of the
@@ -89,7 +89,7 @@ def calls_for(op: dict[str, Any]) -> list[tuple[str, str, dict[str, int]]]:
 def explain(
     python: str, root: Path, device: str, op: str, dtype: str, dims: dict[str, int], timeout: float
 ) -> dict[str, Any]:
-    cmd = [python, "-m", "generator", "explain", op, "--device", device, "--json"]
+    cmd = [python, "-m", "clforge", "explain", op, "--device", device, "--json"]
     if dtype:
         cmd += ["--dtype", dtype]
     if dims:

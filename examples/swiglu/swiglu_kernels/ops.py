@@ -9,8 +9,8 @@ from typing import Any
 
 import pyopencl as cl
 
-from generator.call.eager import call_op
-from generator.registry.sources import register
+from clforge.call.eager import call_op
+from clforge.registry.sources import register
 
 register(__name__.rpartition(".")[0])
 

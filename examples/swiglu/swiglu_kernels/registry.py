@@ -4,7 +4,7 @@ The kernel registry: OPS maps each op name to its signature, INSTANCES maps each
 name to its launch contract (argument order, NDRange, requirements, guard, source, hash).
 """
 
-from generator.registry.records import (
+from clforge.registry.records import (
     Arg,
     AttrSig,
     Instance,

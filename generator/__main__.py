@@ -1,3 +1,0 @@
-from generator.tools.cli import main
-
-raise SystemExit(main())

@@ -1,0 +1,3 @@
+from clforge.tools.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""`clforge.explain`: what an eager call would run, and why, without running it.
+
+It takes the arguments the eager function takes (``explain("matmul", a, b)``, ``explain("softmax",
+x, axis=-1)``), goes through the same calling convention, binding and selection as the call, and
+returns every candidate's verdict with the chosen instance's parameters and where they came from:
+the same account as `clforge explain` on the command line, for the arrays at hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyopencl as cl
+
+from clforge.call.binding import bind, call_types
+from clforge.call.eager import prepare
+from clforge.call.selection import Selection
+from clforge.params.lookup import Choice
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The selection for one call (every candidate's verdict, ranked) and the chosen instance's
+    parameters with their origin (None when nothing was chosen)."""
+
+    selection: Selection
+    params: Choice | None
+
+    @property
+    def instance(self) -> str | None:
+        chosen = self.selection.chosen
+        return chosen.instance if chosen is not None else None
+
+    def as_dict(self) -> dict[str, Any]:
+        doc = self.selection.as_dict()
+        if self.params is not None:
+            doc["params"] = dict(self.params.params)
+            doc["params_origin"] = self.params.describe()
+        return doc
+
+    def __str__(self) -> str:
+        lines = self.selection.table().splitlines()
+        if self.params is not None:  # above the verdict, which stays the last line
+            lines.insert(-1, f"  params of the chosen instance: {self.params.describe()}")
+        return "\n".join(lines)
+
+
+def explain(
+    op: str, *inputs: Any, queue: cl.CommandQueue | None = None, **kwargs: Any
+) -> Explanation:
+    """What `clforge.ops.<op>(*inputs, **kwargs)` would run on the default device (or `queue`'s):
+    keyword arguments are the eager function's (attributes and calling-convention options)."""
+    from clforge.call.dispatcher import dispatcher
+
+    sig = dispatcher(queue).registry.op(op)
+    attr_names = {a.name for a in sig.attrs}
+    attrs = {k: v for k, v in kwargs.items() if k in attr_names}
+    options = {k: v for k, v in kwargs.items() if k not in attr_names}
+    c = prepare(op, inputs, attrs, options, queue)
+    d = c.dispatcher
+    dtype, layouts = call_types(c.op, c.inputs)
+    b = bind(c.op, c.inputs, c.attrs)
+    layouts = d.best_host_layouts(c.op, c.inputs, dtype, layouts, b.env)
+    sel = d.select(op, dtype, layouts, b.env)
+    chosen = sel.chosen.instance if sel.chosen is not None else None
+    params = d.params_for(d.registry.instance(chosen), b.env) if chosen else None
+    return Explanation(sel, params)

@@ -1,0 +1,149 @@
+"""Rendering instances to OpenCL C with Jinja: sandboxed, strict, confined to templates/.
+
+A tree's templates import clforge's shared macros by a stable name, under the prefix
+`clforge/` (``{% import "clforge/_common/macros.cl.j2" as cf %}``), from any tree; a tree's
+own names never shadow them and never collide with clforge's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import jinja2.meta
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from clforge.core.cache_dir import cache_dir
+from clforge.core.dtypes import DTYPES
+from clforge.core.identifiers import identifier_problem
+from clforge.core.tree import DEFAULT, SHARED_TEMPLATES, Tree
+from clforge.errors import TemplateError
+from clforge.registry.records import Instance, OpSig
+
+
+def _template_line(exc: BaseException, root: Path) -> str:
+    """`family/template.cl.j2:LINE` (relative to the template folder) of the innermost template
+    frame of a rendering error."""
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        return f"{exc.name or exc.filename}:{exc.lineno}"
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if name.endswith(".j2"):
+            try:
+                shown = Path(name).resolve().relative_to(root.resolve()).as_posix()
+            except ValueError:
+                shown = Path(name).name
+            where = f"{shown}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where or "?"
+
+
+class Renderer:
+    """Renders instances of one tree's templates; one Jinja environment, loaded lazily."""
+
+    def __init__(self, tree: Tree = DEFAULT) -> None:
+        self.tree = tree
+        self._digests: dict[str, str] = {}
+
+    @cached_property
+    def env(self) -> jinja2.Environment:
+        compiled = cache_dir("templates")  # compiled templates, keyed by path and source hash
+        try:
+            if compiled is not None:
+                compiled.mkdir(parents=True, exist_ok=True)
+        except OSError:  # a read-only home: compile every time
+            compiled = None
+        env = ImmutableSandboxedEnvironment(
+            loader=jinja2.ChoiceLoader(
+                [
+                    jinja2.PrefixLoader(
+                        {SHARED_TEMPLATES: jinja2.FileSystemLoader(str(DEFAULT.templates))}
+                    ),
+                    jinja2.FileSystemLoader(str(self.tree.templates)),
+                ]
+            ),
+            bytecode_cache=jinja2.FileSystemBytecodeCache(str(compiled)) if compiled else None,
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+        env.globals["dtypes"] = DTYPES
+        return env
+
+    def templates_digest(self, template: str) -> str:
+        """The sha256 of `template` and of every template it imports, includes or extends,
+        recursively (names and sources, in name order): everything a rendering of it depends on
+        besides the instance, whatever its parameters."""
+        digest = self._digests.get(template)
+        if digest is not None:
+            return digest
+        sources: dict[str, str] = {}
+        todo = [template]
+        while todo:
+            name = todo.pop()
+            if name in sources:
+                continue
+            try:
+                sources[name] = self.env.loader.get_source(self.env, name)[0]  # type: ignore[union-attr]
+            except jinja2.TemplateNotFound:
+                sources[name] = ""  # reported by render(), with the instance that wants it
+                continue
+            refs = jinja2.meta.find_referenced_templates(self.env.parse(sources[name]))
+            todo.extend(r for r in refs if r is not None)
+        h = hashlib.sha256()
+        for name in sorted(sources):
+            h.update(f"{name}\0{sources[name]}\0".encode())
+        self._digests[template] = digest = h.hexdigest()
+        return digest
+
+    def render(self, inst: Instance, op: OpSig, template: str) -> str:
+        for name in [a.name for a in inst.args] + [p for p, _ in inst.params]:
+            problem = identifier_problem(name)
+            if problem:  # validation already refused these; this is the last line of defence
+                raise TemplateError(f"{inst.name}: {problem}")
+        context: dict[str, Any] = {
+            "inst": inst,
+            "op": op,
+            "T": DTYPES[inst.dtype],
+            "params": inst.param_map,
+            "layout": dict(inst.layouts),
+            "shape": {
+                **{t.name: t.shape for t in op.inputs + op.outputs},
+                **{s.name: (s.size,) for s in inst.scratch},
+            },
+            "tdtype": {
+                **{t.name: DTYPES[t.dtype or inst.dtype] for t in op.inputs + op.outputs},
+                **{s.name: DTYPES[s.dtype or inst.dtype] for s in inst.scratch},
+            },
+            "steps": {s.name: s for s in inst.steps},
+            "spec_path": op.spec,
+        }
+        try:
+            text = self.env.get_template(template).render(context)
+        except jinja2.TemplateNotFound as exc:
+            raise TemplateError(
+                f"{inst.name}: template {exc.name!r} not found under "
+                f"{self.tree.rel(self.tree.templates)}/"
+            ) from None
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            msg = getattr(exc, "message", None) or str(exc)
+            raise TemplateError(
+                f"{_template_line(exc, self.tree.templates)}: rendering {inst.name} failed: {msg}"
+            ).with_traceback(None) from None
+        except RecursionError:
+            raise TemplateError(f"{template}: rendering {inst.name} recursed too deeply") from None
+        for step in inst.steps:
+            if f"__kernel void {step.kernel}(" not in text:
+                raise TemplateError(
+                    f"{template}: rendering {inst.name} defined no kernel for step {step.name} "
+                    f"(expected `__kernel void {step.kernel}(`: declare it with "
+                    f"cf.signature(step=steps.{step.name}))"
+                )
+        return "\n".join(line.rstrip() for line in text.strip().splitlines()) + "\n"

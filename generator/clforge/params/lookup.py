@@ -1,0 +1,230 @@
+"""Which parameters a call of an instance gets, and where they came from.
+
+Device, most specific first: an override (from Python or $CLFORGE_PARAMS) → a tuning file of
+this exact device → one of the same architecture → one of the same vendor and device type → the
+spec defaults. Shape, within a file: the exact dims → their bucket → the file's catch-all.
+Stale entries (measured on another version of the kernel) are skipped and counted."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+
+from clforge.core import expressions
+from clforge.core.dtypes import DTYPES
+from clforge.device.profile import DeviceProfile
+from clforge.errors import CallError
+from clforge.params.database import (
+    CATCH_ALL,
+    Entry,
+    TuningFile,
+    bucket_of,
+    schema_hash,
+    shape_distance,
+)
+from clforge.params.fingerprint import LEVEL_NAMES, Fingerprint
+from clforge.params.space import Params, ParamSpace, as_params, params_text
+from clforge.registry.records import Instance
+
+PARAMS_ENV = "CLFORGE_PARAMS"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The parameters of one launch and where they came from, for `explain`."""
+
+    params: Params
+    origin: str  # "spec default", "override", or the tuning level
+    entry: Entry | None = None
+    file: str = ""
+
+    def describe(self) -> str:
+        where = f" ({self.file}, bucket {self.entry.bucket})" if self.entry else ""
+        return f"{params_text(self.params)}: {self.origin}{where}"
+
+
+@dataclass(frozen=True)
+class Timings:
+    """The tuner's times of some instances for one call (instance -> microseconds and where they
+    were recorded), and at which shape: the call's own bucket or the nearest tuned one."""
+
+    times: Mapping[str, tuple[float, str]]
+    at: str
+
+
+def parse_overrides(text: str) -> dict[str, dict[str, int]]:
+    """`inst:NAME=V,NAME=V;inst2:...` ($CLFORGE_PARAMS) as {instance: {name: value}}."""
+    out: dict[str, dict[str, int]] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, sep, assigns = part.partition(":")
+        if not sep:
+            raise CallError(f"${PARAMS_ENV}: {part!r} is not instance:NAME=VALUE,...")
+        values: dict[str, int] = {}
+        for a in filter(None, (x.strip() for x in assigns.split(","))):
+            k, eq, v = a.partition("=")
+            try:
+                values[k.strip()] = int(v)
+            except ValueError:
+                raise CallError(f"${PARAMS_ENV}: {a!r} is not NAME=INTEGER") from None
+            if not eq:
+                raise CallError(f"${PARAMS_ENV}: {a!r} is not NAME=INTEGER")
+        out[name.strip()] = values
+    return out
+
+
+@dataclass
+class ParamLookup:
+    """The tuning files a dispatcher consults for one device, plus overrides."""
+
+    profile: DeviceProfile
+    files: tuple[TuningFile, ...] = ()
+    overrides: dict[str, dict[str, int]] = field(default_factory=dict)
+    stale: set[tuple[str, str]] = field(default_factory=set)  # (file, instance) skipped
+
+    def __post_init__(self) -> None:
+        me = Fingerprint.of(self.profile)
+        ranked = [(me.level(f.device), f) for f in self.files]
+        self._ranked = sorted(((lvl, f) for lvl, f in ranked if lvl > 0), key=lambda x: -x[0])
+        self._index: list[tuple[int, TuningFile, dict[tuple[str, str], Entry]]] = [
+            (lvl, f, {e.key: e for e in f.entries}) for lvl, f in self._ranked
+        ]
+        # per file, each instance's timed bucket entries: what a shape nobody tuned compares
+        self._timed: list[tuple[TuningFile, dict[str, list[Entry]]]] = []
+        for _, f in self._ranked:
+            timed: dict[str, list[Entry]] = {}
+            for e in f.entries:
+                if e.bucket != CATCH_ALL and e.time_us > 0:
+                    timed.setdefault(e.instance, []).append(e)
+            self._timed.append((f, timed))
+
+    @classmethod
+    def from_env(cls, profile: DeviceProfile, files: tuple[TuningFile, ...]) -> ParamLookup:
+        return cls(profile, files, parse_overrides(os.environ.get(PARAMS_ENV, "")))
+
+    def override(self, instance: str, values: Mapping[str, int]) -> None:
+        """Use `values` for `instance` from now on (validated when a call uses them)."""
+        self.overrides[instance] = dict(values)
+
+    def choose(self, inst: Instance, dims: Mapping[str, int]) -> Choice:
+        space = ParamSpace(inst)
+        if not inst.params:
+            return Choice((), "no parameters")
+        given = self.overrides.get(inst.name)
+        if given is not None:
+            params = space.complete(given)
+            problem = space.problem(params, self.profile)
+            if problem:
+                raise CallError(f"{inst.name}: the override {params_text(params)}: {problem}")
+            return Choice(params, "override")
+        sha = schema_hash(inst)
+        exact = bucket_of(dims)
+        shape = as_params(dims)
+        for lvl, f, entries in self._index:
+            candidates = [entries.get((inst.name, exact)), entries.get((inst.name, CATCH_ALL))]
+            for e in candidates:
+                if e is None:
+                    continue
+                if e.sha != sha:
+                    self.stale.add((str(f.path or f.device.slug), inst.name))
+                    continue
+                if space.problem(e.params, self.profile) is None:
+                    origin = LEVEL_NAMES[lvl] + (" (exact shape)" if e.shape == shape else "")
+                    return Choice(e.params, origin, e, _file_name(f))
+        return self._computed(inst, space) or Choice(
+            space.defaults, "spec default; nothing tuned applies"
+        )
+
+    def measured(self, inst: Instance, dims: Mapping[str, int]) -> tuple[float, str] | None:
+        """The tuner's time for `inst` at the shape bucket of `dims` (its best parameters), on
+        the nearest device level that has one, and where it is recorded; None when nothing
+        current was measured there (catch-all entries carry no time)."""
+        sha = schema_hash(inst)
+        bucket = bucket_of(dims)
+        for _, f, entries in self._index:
+            e = entries.get((inst.name, bucket))
+            if e is not None and e.sha == sha and e.time_us > 0:
+                return e.time_us, f"{_file_name(f)}, bucket {bucket}"
+        return None
+
+    def times(
+        self,
+        instances: Mapping[str, Instance],
+        names: Iterable[str | None],
+        dims: Mapping[str, int],
+    ) -> Timings:
+        """:meth:`measured` for each of the instances `names` that has a time at the bucket of
+        `dims`; where fewer than two have one, their times at the tuned bucket nearest `dims`
+        (:func:`shape_distance`: in size, then in shape) that times two or more of them, on
+        the nearest device level that has such a bucket (the crossover between variants,
+        carried to shapes nobody tuned: a matmul of 8 takes the side of the one of 64)."""
+        wanted = [n for n in names if n is not None]
+        exact = {}
+        for name in wanted:
+            if (m := self.measured(instances[name], dims)) is not None:
+                exact[name] = m
+        if len(exact) >= 2:
+            return Timings(exact, "at this shape")
+        hashes = {n: schema_hash(instances[n]) for n in wanted}
+        for f, timed in self._timed:
+            by_bucket: dict[str, dict[str, float]] = {}
+            for name in wanted:
+                for e in timed.get(name, ()):
+                    if e.sha == hashes[name]:
+                        by_bucket.setdefault(e.bucket, {})[name] = e.time_us
+            near = sorted((shape_distance(dims, b), b) for b, t in by_bucket.items() if len(t) >= 2)
+            if near and near[0][0][0] < math.inf:
+                bucket = near[0][1]
+                where = f"{_file_name(f)}, bucket {bucket}"
+                return Timings(
+                    {n: (us, where) for n, us in by_bucket[bucket].items()},
+                    "at the nearest tuned shape",
+                )
+        return Timings(exact, "at this shape")
+
+    def _computed(self, inst: Instance, space: ParamSpace) -> Choice | None:
+        """The variant's device_params, evaluated on this device's properties, when they give
+        a valid point of the space."""
+        if not inst.device_params:
+            return None
+        env = device_properties(self.profile, inst.dtype)
+        try:
+            values = {p: _int_expr(text).evaluate(env) for p, text in inst.device_params}
+        except (ZeroDivisionError, ValueError, ArithmeticError):
+            return None
+        params = space.complete(values)
+        problem = space.problem(params, self.profile)
+        if problem:
+            return Choice(
+                space.defaults,
+                f"spec default (computed from the device: {params_text(params)}, but {problem})",
+            )
+        return Choice(params, "computed from the device's properties; nothing tuned applies")
+
+
+def _file_name(f: TuningFile) -> str:
+    """How explain names a tuning file: its file name, or the device's slug for one in memory."""
+    return f.path.name if f.path else f.device.slug
+
+
+def device_properties(profile: DeviceProfile, dtype: str) -> dict[str, int]:
+    """What device_params expressions may read (spec.model.DEVICE_PROPERTIES), for an instance
+    of `dtype`."""
+    widths = dict(profile.preferred_vector_widths)
+    return {
+        "vector_width": widths.get(DTYPES[dtype].cl, 1),
+        "vector_width_float": widths.get("float", 1),
+        "vector_width_double": widths.get("double", 1),
+        "vector_width_half": widths.get("half", 0),
+        "vector_width_int": widths.get("int", 1),
+        "compute_units": profile.compute_units,
+        "max_work_group_size": profile.max_work_group_size,
+        "local_mem_bytes": profile.local_mem_bytes,
+    }
+
+
+@cache
+def _int_expr(text: str) -> expressions.Expr:
+    return expressions.parse(text, "int")

@@ -1,0 +1,96 @@
+"""The per-call overhead of an eager call against a raw pyopencl launch of the same kernel, and
+the first call in a fresh process with cold and warm caches."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+import pyopencl.array as cla
+
+from clforge.call.dispatcher import dispatcher
+from clforge.tune.measure import median_time
+
+
+def bench_overhead(rounds: int = 3, repeats: int = 9, inner: int = 2000) -> dict[str, Any]:
+    from clforge.generated import ops
+
+    d = dispatcher()
+    q = d.runtime.queue
+    n = 1024
+    a = cla.to_device(q, np.ones(n, np.float32))
+    b = cla.to_device(q, np.ones(n, np.float32))
+    # add broadcasts over 4 dims: plan for the canonical shape (1, 1, 1, n) that ops.add uses
+    plan = d.plan_for(
+        d.registry.op("add"), {"a": a.reshape(1, 1, 1, n), "b": b.reshape(1, 1, 1, n)}, {}
+    )
+    (launch,) = plan.launches
+    kernel = launch.kernel
+    gs, ls = launch.geometry.global_size, launch.geometry.local_size
+    scalars = launch.args[3:]  # the dims and strides, after the buffers a, b, c
+
+    pool = d.runtime.allocator
+
+    def raw() -> None:  # the least any caller does: allocate the output (same pool), launch
+        c = cla.empty(q, (n,), np.float32, allocator=pool)
+        kernel(q, gs, ls, a.base_data, b.base_data, c.base_data, *scalars)  # type: ignore[arg-type]
+
+    def eager() -> None:
+        ops.add(a, b)
+
+    t_raw, t_eager = [], []
+    for _ in range(rounds):  # interleave, so drift hits both
+        t_raw.append(median_time(raw, q.finish, repeats, inner))
+        t_eager.append(median_time(eager, q.finish, repeats, inner))
+    r, e = statistics.median(t_raw), statistics.median(t_eager)
+    return {
+        "instance": plan.inst.name,
+        "raw_us": r * 1e6,
+        "eager_us": e * 1e6,
+        "ratio": e / r,
+        "rounds": rounds,
+        "repeats": repeats,
+        "inner": inner,
+    }
+
+
+_FIRST_CALL = """
+import time, numpy as np
+t0 = time.perf_counter()
+from clforge.generated import ops
+a = np.ones((300, 200), np.float32); b = np.ones((200, 100), np.float32)
+ops.matmul(a, b)
+print(time.perf_counter() - t0)
+"""
+
+
+def bench_first_call(repeats: int = 3) -> dict[str, float]:
+    """Seconds from import to the first matmul result in a fresh process."""
+
+    def run(env: dict[str, str]) -> float:
+        out = subprocess.run(
+            [sys.executable, "-c", _FIRST_CALL], env=env, check=True, capture_output=True, text=True
+        )
+        return float(out.stdout.strip().splitlines()[-1])
+
+    cold, warm = [], []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as ours, tempfile.TemporaryDirectory() as pocl:
+            env = {
+                **os.environ,
+                "CLFORGE_CACHE_DIR": ours,
+                "POCL_CACHE_DIR": pocl,
+                "PYOPENCL_NO_CACHE": "1",
+            }
+            cold.append(run(env))
+            warm.append(run(env))
+    return {
+        "cold_s": statistics.median(cold),
+        "warm_s": statistics.median(warm),
+        "repeats": repeats,
+    }

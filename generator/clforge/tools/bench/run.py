@@ -1,0 +1,144 @@
+"""`clforge bench [--quick] [--json] [--out DIR] [--ops OP,...]`: every part of the bench in one
+run (the throughput of the cases of some ops only, with --ops), the text printed (or the JSON
+with --json) and both written to DIR with the chart."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clforge.call.dispatcher import dispatcher
+from clforge.core.tree import DEFAULT
+from clforge.tools.bench import rounds as merge
+from clforge.tools.bench.bandwidth import Bandwidth, Copier
+from clforge.tools.bench.cases import run_cases
+from clforge.tools.bench.chart import write_chart
+from clforge.tools.bench.clforge_side import Figures, GenericPace, requests, time_case
+from clforge.tools.bench.overhead import bench_first_call, bench_overhead
+from clforge.tools.bench.peers import PEERS, PeerRun, run_peer
+from clforge.tools.bench.protocol import Timing
+from clforge.tools.bench.report import make_rows, text
+
+
+@dataclass(frozen=True)
+class Settings:
+    timing: Timing
+    overhead: tuple[int, int, int]  # rounds, repeats, calls per repeat
+    first_call_repeats: int
+    copy_bytes: int
+    generic_budget_s: float  # skip timing a generic predicted to take longer than this
+    peer_timeout_s: float
+    rounds: int  # the throughput bench, every side, this many times (figures: medians)
+
+
+FULL = Settings({"repeats": 5, "target_s": 0.05}, (3, 9, 2000), 3, 256 * 2**20, 20.0, 1800.0, 3)
+QUICK = Settings({"repeats": 1, "target_s": 0.002}, (1, 1, 200), 1, 16 * 2**20, 20.0, 900.0, 1)
+
+
+def progress(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def commit(root: Path) -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def run_bench(
+    as_json: bool = False,
+    quick: bool = False,
+    out_dir: Path | None = None,
+    ops: Sequence[str] | None = None,
+    rounds: int | None = None,
+) -> int:
+    s = QUICK if quick else FULL
+    if rounds is not None:
+        s = dataclasses.replace(s, rounds=rounds)
+    out_dir = out_dir or DEFAULT.root / "bench-results"
+    d = dispatcher()
+    cases = run_cases(d.registry, quick, ops)
+    reqs = requests(d.registry, cases)
+    progress(f"copy bandwidth ({s.copy_bytes // 2**20} MiB)")
+    copier = Copier(d.runtime.queue)
+    bw = copier.measure(s.timing, s.copy_bytes)
+    progress("per-call overhead")
+    over = bench_overhead(*s.overhead)
+    pace = GenericPace(s.generic_budget_s)
+    per_case: list[list[Figures]] = [[] for _ in cases]
+    per_copy: list[list[Bandwidth | None]] = [[] for _ in cases]
+    per_peer: list[list[PeerRun]] = [[] for _ in PEERS]
+    for k in range(s.rounds):
+        at = f"round {k + 1}/{s.rounds}: " if s.rounds > 1 else ""
+        for i, (case, req) in enumerate(zip(cases, reqs, strict=True)):
+            progress(f"{at}clforge: {case.title}")
+            per_case[i].append(time_case(d, case, req, s.timing, pace, with_generic=k == 0))
+            # a copy of as many bytes, right after: the same caches and the same neighbours
+            nbytes = round(case.amount() * 1e9)
+            per_copy[i].append(copier.measure(s.timing, nbytes) if case.memory_bound else None)
+        for j, peer in enumerate(PEERS):
+            progress(f"{at}{peer.title}, in its own process")
+            per_peer[j].append(run_peer(peer, reqs, s.timing, s.peer_timeout_s))
+    figures = [merge.figures(f) for f in per_case]
+    copies = [merge.copy(c) for c in per_copy]
+    runs = [merge.peer_run(r) for r in per_peer]
+    progress("first call in fresh processes")
+    first = bench_first_call(s.first_call_repeats)
+    rows = make_rows(cases, figures, runs, copies)
+    report: dict[str, Any] = {
+        "commit": commit(DEFAULT.root),
+        "device": d.profile.name,
+        "platform": d.runtime.device.platform.version.strip(),
+        "quick": quick,
+        "timing": s.timing,
+        "rounds": s.rounds,
+        "peers": {
+            run.peer.key: {
+                "title": run.peer.title,
+                "available": run.available,
+                "version": run.version,
+                "reason": run.reason,
+                "status": run.status(),
+            }
+            for run in runs
+        },
+        "bandwidth": {
+            "gbps": bw.gbps,
+            "plain_gbps": bw.plain_gbps,
+            "streaming_gbps": bw.streaming_gbps,
+            "total_bytes": bw.total_bytes,
+            "chunk_bytes": bw.chunk_bytes,
+        },
+        "overhead": over,
+        "throughput": rows,
+        "first_call": first,
+    }
+    body = text(report, rows, runs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "bench.txt").write_text(body, encoding="utf-8")
+    peers = [(run.peer.key, run.peer.title) for run in runs]
+    title = f"clforge bench, commit {report['commit']}" + (" (--quick)" if quick else "")
+    why_not = write_chart(out_dir / "bench.png", rows, peers, f"{title}\n{report['device']}")
+    chart = "bench.png" if why_not is None else f"no chart: {why_not}"
+    report_line = f"wrote {DEFAULT.rel(out_dir)}/: bench.txt, bench.json, {chart}"
+    if as_json:
+        print(json.dumps(report, indent=2))
+        print(report_line, file=sys.stderr)
+    else:
+        print(body + "\n" + report_line)
+    return 0

@@ -1,0 +1,120 @@
+"""Timing a launch: a warm-up, then the median over repeats of the mean of back-to-back calls,
+with enough calls per repeat that a repeat lasts long enough to time (these machines are shared
+and noisy: medians, not means). The tuner's final word between candidates is a race
+(:func:`race_times`): their repeats interleaved, so that a slow spell of the machine hits them
+all alike instead of whichever was timed during it."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import pyopencl.array as cla
+
+from clforge import references
+from clforge.core.dtypes import DTYPES
+from clforge.registry.records import OpSig
+from clforge.runtime.launch import LaunchPlan, Runtime
+
+
+def median_time(
+    fn: Callable[[], object], sync: Callable[[], object], repeats: int, inner: int
+) -> float:
+    """Median over `repeats` of the mean time of `inner` back-to-back calls, in seconds."""
+    fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / inner)
+    return statistics.median(times)
+
+
+def race_times(
+    fns: Sequence[Callable[[], object]],
+    sync: Callable[[], object],
+    rounds: int = 15,
+    target_s: float = 0.01,
+    max_inner: int = 1000,
+) -> list[float]:
+    """Seconds per call of each of `fns`, timed in `rounds` rounds; a round times every one of
+    them once (the mean of back-to-back calls lasting about `target_s`), starting from a
+    different one each round; each result is the median of its rounds."""
+    inners = []
+    for fn in fns:
+        fn()
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        once = max(time.perf_counter() - t0, 1e-6)
+        inners.append(max(1, min(max_inner, int(target_s / once))))
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(rounds):
+        for k in range(len(fns)):
+            i = (r + k) % len(fns)
+            t0 = time.perf_counter()
+            for _ in range(inners[i]):
+                fns[i]()
+            sync()
+            times[i].append((time.perf_counter() - t0) / inners[i])
+    return [statistics.median(t) for t in times]
+
+
+def device_inputs(
+    rt: Runtime,
+    op: OpSig,
+    dtype: str,
+    shapes: Mapping[str, tuple[int, ...]],
+    dims: Mapping[str, int],
+    seed: int = 0,
+) -> dict[str, cla.Array]:
+    """Random inputs of the op's reference domains for sizes `dims`, on the device, in
+    row-major layout."""
+    rng = np.random.default_rng(seed)
+    ref = references.reference_of(op, rt.registry.roots())
+    return {
+        t.name: cla.to_device(
+            rt.queue,
+            references.make_input(
+                rng,
+                tuple(shapes[t.name]),
+                DTYPES[t.dtype or dtype].np_dtype,
+                references.domain_of(ref, t.name, dims),
+            ),
+        )
+        for t in op.inputs
+    }
+
+
+def time_plan(
+    rt: Runtime,
+    plan: LaunchPlan,
+    inputs: Mapping[str, cla.Array],
+    repeats: int = 7,
+    target_s: float = 0.02,
+) -> float:
+    """Seconds per launch of `plan` (outputs allocated from the pool, as eager calls do)."""
+    return calibrated_time(lambda: rt.enqueue(plan, inputs), rt.queue.finish, repeats, target_s)
+
+
+def calibrated_time(
+    fn: Callable[[], object],
+    sync: Callable[[], object],
+    repeats: int = 7,
+    target_s: float = 0.02,
+    max_inner: int = 1000,
+) -> float:
+    """:func:`median_time` with as many calls per repeat as make a repeat last about
+    `target_s`, judged from one timed call (at least 1, at most `max_inner`)."""
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    once = max(time.perf_counter() - t0, 1e-6)
+    inner = max(1, min(max_inner, int(target_s / once)))
+    return median_time(fn, sync, repeats, inner)

@@ -1,0 +1,83 @@
+"""The tuner's link to its measuring process (:mod:`clforge.tune.worker`): one request at a
+time, each with a deadline. A worker that dies (a driver crash) or overruns (a hang) is
+killed and restarted; the candidate is recorded as failed, and the run goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from clforge.errors import ClforgeError
+
+
+class WorkerPool:
+    def __init__(self, root: Path, timeout_s: float = 120.0) -> None:
+        self.root = root
+        self.timeout_s = timeout_s
+        self.proc: subprocess.Popen[str] | None = None
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.restarts = 0
+
+    def _start(self) -> None:
+        env = {**os.environ, "CLFORGE_TREE": str(self.root), "CLFORGE_TUNER_PID": str(os.getpid())}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "clforge.tune.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+        ready = self._next(self.timeout_s)
+        if ready is None or not json.loads(ready).get("ready"):
+            code = self.proc.poll()
+            self.close()
+            raise ClforgeError(f"the tuner's measuring process did not start (exit code {code})")
+
+    @staticmethod
+    def _read(proc: subprocess.Popen[str], lines: queue.Queue[str | None]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)  # EOF: the process ended
+
+    def _next(self, timeout: float) -> str | None:
+        try:
+            return self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # read below finds the EOF
+        line = self._next(self.timeout_s)
+        if line is not None:
+            return json.loads(line)
+        timed_out = self.proc.poll() is None
+        code = self.proc.poll()
+        self.close()
+        self.restarts += 1
+        if timed_out:
+            return {"ok": False, "problem": f"timed out after {self.timeout_s:.0f} s"}
+        return {"ok": False, "problem": f"the measuring process died (exit code {code})"}
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait()
+            self.proc = None
