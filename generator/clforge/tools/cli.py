@@ -17,6 +17,25 @@ if TYPE_CHECKING:
 
 Command = Callable[[argparse.Namespace], int]
 
+EXIT_CODES = (
+    "Exit status: 0 ok; 1 findings or failures (lint findings, failed verification, stale "
+    "generated files or tuning entries, a spec that does not load, a call no instance serves, a "
+    "device or profile error); 2 usage errors (a bad option or value, an unknown op, a path "
+    "that does not exist, a tree clforge may not write)."
+)
+JSON_NOTE = (
+    "With --json, standard output is one JSON document; its keys are kept across releases "
+    '(keys may be added; its "version" changes when one is removed or changes meaning).'
+)
+
+
+def _unknown_op(reg: Registry, name: str) -> UsageError:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(reg.ops), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return UsageError(f"unknown op {name!r}{hint} (known ops: {', '.join(sorted(reg.ops))})")
+
 
 def _tree(args: argparse.Namespace) -> Tree:
     """`--root`, else the tree whose clforge.yaml is in the working folder or above it, else
@@ -25,7 +44,7 @@ def _tree(args: argparse.Namespace) -> Tree:
 
     from clforge.core.tree import find
 
-    if args.root:
+    if getattr(args, "root", None):
         root = Path(args.root).resolve()
         if not root.is_dir():
             raise UsageError(f"--root: {args.root} is not a folder")
@@ -82,6 +101,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     status = 0
     for tree in _trees(args):
         shown = f" (tree {tree.name}, {tree.root})" if args.all else ""
+        if not tree.writable and not args.check:
+            if args.all:
+                print(f"skipped: {_not_writable(tree)}", file=sys.stderr)
+                continue
+            raise UsageError(_not_writable(tree))
         try:
             p = generate(tree, check=args.check)
         except StaleError as exc:
@@ -102,6 +126,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return status
 
 
+def _not_writable(tree: Tree) -> str:
+    """Why clforge does not write into `tree` (an installed clforge's own data)."""
+    return (
+        f"clforge's own tree ({tree.root}) is the data of an installed clforge: site-packages "
+        "belongs to the installer, and clforge writes nothing there. Run this in an extension's "
+        "folder (where its clforge.yaml is) or name one with --root DIR; to change clforge's "
+        "own specs, work in a source checkout (`pip install -e .`)"
+    )
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from clforge.spec.schema import schema_text
 
@@ -111,6 +145,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
     shown = tree.rel(path)
     if args.write:
         from clforge.core.atomic_file import atomic_write
+
+        if not tree.writable:
+            raise UsageError(_not_writable(tree))
 
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             print(f"{shown} is up to date")
@@ -142,7 +179,8 @@ def cmd_lint(args: argparse.Namespace) -> int:
         return 0
     if args.all and args.paths:
         raise UsageError("lint --all lints every registered tree's specs/: name no paths")
-    trees = _trees(args) if args.root or not args.paths else [_tree_of_paths(args.paths)]
+    named = getattr(args, "root", None)
+    trees = _trees(args) if named or not args.paths else [_tree_of_paths(args.paths)]
     try:
         reports = [
             lint(
@@ -166,14 +204,33 @@ def cmd_list(args: argparse.Namespace) -> int:
     from clforge.core.manifest import BUILTIN_NAME
 
     reg = _registry(args)
-    if args.op:
-        reg.op(args.op)  # an unknown op is an error, not an empty listing
+    if args.op and args.op not in reg.ops:
+        raise _unknown_op(reg, args.op)  # an unknown op is an error, not an empty listing
+    rows = []
     for inst in sorted(reg.instances.values(), key=lambda i: i.name):
         if args.op and inst.op != args.op:
             continue
         home = reg.home(inst.name)
+        if args.json:
+            rows.append(
+                {
+                    "name": inst.name,
+                    "op": inst.op,
+                    "variant": inst.variant,
+                    "dtype": inst.dtype,
+                    "layouts": dict(inst.layouts),
+                    "targets": list(inst.targets),
+                    "priority": inst.priority,
+                    "guard": inst.guard,
+                    "params": dict(inst.params),
+                    "tree": home.name if home is not None else BUILTIN_NAME,
+                }
+            )
+            continue
         tree = f"  [{home.name}]" if home is not None and home.name != BUILTIN_NAME else ""
         print(f"{inst.name:52} {','.join(inst.targets):22} {inst.guard or ''}{tree}".rstrip())
+    if args.json:
+        print(json.dumps({"version": 1, "instances": rows}, indent=2))
     return 0
 
 
@@ -181,8 +238,30 @@ def cmd_devices(args: argparse.Namespace) -> int:
     from clforge.device.discovery import FALLBACK_HINT, survey
 
     statuses = survey()
-    for s in statuses:
-        print(f"{s.label}: {s.verdict}")
+    if args.json:
+        doc = {
+            "version": 1,
+            "devices": [
+                {
+                    "platform": s.device.platform.name,
+                    "platform_version": s.device.platform.version.strip(),
+                    "name": s.device.name,
+                    "builds": s.builds,
+                    "builds_fully": s.builds_fully,
+                    "problem": s.problem or None,
+                    "compiled_simd_bits": s.compiled_simd or None,
+                    "host_simd_bits": s.host_simd or None,
+                    "verdict": s.verdict,
+                }
+                for s in statuses
+            ],
+            "builds": any(s.builds for s in statuses),
+            "builds_fully": any(s.builds_fully for s in statuses),
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        for s in statuses:
+            print(f"{s.label}: {s.verdict}")
     if not any(s.builds for s in statuses):
         print(f"clforge: no OpenCL device can build kernels. {FALLBACK_HINT}", file=sys.stderr)
         return 1 if args.check or args.check_full else 0
@@ -270,6 +349,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from clforge.device.profile_files import find_profile
 
     reg = _registry(args)
+    if args.op not in reg.ops:
+        raise _unknown_op(reg, args.op)
     op = reg.op(args.op)
     layouts = _pairs(args.layout, "layout")
     tensors = {t.name: t for t in op.inputs + op.outputs}
@@ -382,12 +463,35 @@ def _all_option(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+ROOT_HELP = (
+    "the clforge tree to work on, before or after the command (default: the tree whose "
+    "clforge.yaml is in the working folder or above it, else clforge's own)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="clforge", description=__doc__)
-    parser.add_argument("--root", help="the clforge tree (default: this repository)")
+    from clforge import __version__
+
+    parser = argparse.ArgumentParser(prog="clforge", description=__doc__, epilog=EXIT_CODES)
+    parser.add_argument("--version", action="version", version=f"clforge {__version__}")
+    parser.add_argument("--root", default=None, help=ROOT_HELP)
+    # `--root` after the command too: SUPPRESS leaves the value given before it in place
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", default=argparse.SUPPRESS, help=ROOT_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    g = sub.add_parser("generate", help="render specs into generated/ (kernels and registry)")
+    def add(name: str, **kw: object) -> argparse.ArgumentParser:
+        kw.setdefault("epilog", EXIT_CODES)
+        return sub.add_parser(name, parents=[common], **kw)  # type: ignore[arg-type]
+
+    g = add(
+        "generate",
+        help="render specs into generated/ (kernels and registry)",
+        epilog="Exit status: 0 written (or up to date, with --check); 1 a spec that does not "
+        "load, or with --check stale files; 2 usage errors, or clforge's own tree when "
+        "clforge is installed from a wheel (site-packages is the installer's: run it in an "
+        "extension's folder or with --root).",
+    )
     g.add_argument(
         "--check",
         action="store_true",
@@ -396,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     _all_option(g, "generate")
     g.set_defaults(func=cmd_generate)
 
-    s = sub.add_parser("schema", help="print the JSON Schema of the spec format")
+    s = add("schema", help="print the JSON Schema of the spec format")
     sg = s.add_mutually_exclusive_group()
     sg.add_argument("--write", action="store_true", help="write it to specs/schema.json")
     sg.add_argument(
@@ -404,12 +508,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=cmd_schema)
 
-    li = sub.add_parser(
+    li = add(
         "lint",
         help="check spec files: every finding as file:line:col, exit 1 on errors",
-        description="Check spec files and report every finding at once, sorted. Exit status: "
-        "0 clean (warnings alone are clean unless --strict), 1 findings, 2 usage or "
-        "environment errors.",
+        description="Check spec files and report every finding at once, sorted.",
+        epilog="Exit status: 0 clean (warnings alone are clean unless --strict); 1 findings; 2 "
+        "usage or environment errors (a path that does not exist, no OpenCL device for "
+        "--compile). --format json: {version, files, errors, warnings, findings: [{path, line, "
+        "col, severity, rule, message}]}. " + JSON_NOTE,
     )
     li.add_argument("paths", nargs="*", help="spec files or folders (default: the tree's specs/)")
     li.add_argument("--format", choices=("text", "json", "github"), default="text")
@@ -426,11 +532,29 @@ def build_parser() -> argparse.ArgumentParser:
     _all_option(li, "lint")
     li.set_defaults(func=cmd_lint)
 
-    ls = sub.add_parser("list", help="list the registry's instances")
+    ls = add(
+        "list",
+        help="list the registry's instances",
+        epilog="Exit status: 0 listed; 1 a registry that does not load; 2 usage errors (an "
+        "unknown op). --json: {version: 1, "
+        "instances: [{name, op, variant, dtype, layouts: {tensor: layout}, targets: [arch], "
+        "priority, guard (null: none), params: {name: default}, tree}]}, sorted by name. "
+        + JSON_NOTE,
+    )
     ls.add_argument("op", nargs="?", help="only this op's instances")
+    ls.add_argument("--json", action="store_true", help="machine-readable output (see below)")
     ls.set_defaults(func=cmd_list)
 
-    dv = sub.add_parser("devices", help="list OpenCL devices and whether each builds kernels")
+    dv = add(
+        "devices",
+        help="list OpenCL devices and whether each builds kernels",
+        epilog="Exit status: 0 listed (with --check: a device builds kernels); 1 with --check "
+        "(--check-full) when none does (fully); 2 usage errors. --json: {version: 1, devices: "
+        "[{platform, platform_version, name, builds, builds_fully, problem (null: none), "
+        "compiled_simd_bits, host_simd_bits (null: not compared), verdict}], builds, "
+        "builds_fully}. " + JSON_NOTE,
+    )
+    dv.add_argument("--json", action="store_true", help="machine-readable output (see below)")
     dv.add_argument("--check", action="store_true", help="exit 1 when no device builds kernels")
     dv.add_argument(
         "--check-full",
@@ -440,12 +564,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dv.set_defaults(func=cmd_devices)
 
-    pr = sub.add_parser("profile", help="print a device profile as YAML, or list shipped ones")
+    pr = add("profile", help="print a device profile as YAML, or list shipped ones")
     _device_option(pr)
     pr.add_argument("--list", action="store_true", help="list the shipped profiles")
     pr.set_defaults(func=cmd_profile)
 
-    ex = sub.add_parser("explain", help="show which instance a call gets, and why not the others")
+    ex = add(
+        "explain",
+        help="show which instance a call gets, and why not the others",
+        epilog="Exit status: 0 an instance serves the call; 1 none does; 2 usage errors (an "
+        "unknown op, dim, tensor, layout or dtype). " + JSON_NOTE,
+    )
     ex.add_argument("op")
     ex.add_argument("--dtype", help="the call's dtype (default: the op's first)")
     ex.add_argument("--layout", help="tensor layouts, e.g. a=row,b=col (default: row)")
@@ -462,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--json", action="store_true", help="machine-readable output")
     ex.set_defaults(func=cmd_explain)
 
-    b = sub.add_parser(
+    b = add(
         "bench", help="speed as ratios against NumPy, ONNX Runtime and CLBlast, and raw pyopencl"
     )
     b.add_argument("--json", action="store_true", help="print the JSON instead of the table")
@@ -481,13 +610,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.set_defaults(func=cmd_bench)
 
-    d = sub.add_parser("demo", help="run every op on the default device, checked against NumPy")
+    d = add("demo", help="run every op on the default device, checked against NumPy")
     d.set_defaults(func=cmd_demo)
 
     from clforge.tools import tune_cmd, verify_cmd
 
-    tune_cmd.add_parser(sub, _tree)
-    verify_cmd.add_parser(sub, _tree)
+    tune_cmd.add_parser(sub, _tree, parents=[common])
+    verify_cmd.add_parser(sub, _tree, parents=[common])
     return parser
 
 

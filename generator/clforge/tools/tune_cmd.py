@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -18,13 +19,28 @@ if TYPE_CHECKING:
     from clforge.params.database import Entry
 
 
-def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignore[type-arg]
+EPILOG = (
+    "Exit status: 0 tuned (with --check: no stale entries); 1 with --check when an entry is "
+    "stale, or a device or spec error; 2 usage errors (an unknown op, a bad --shapes). --check "
+    "--json: {version: 1, stale: [{file, instance, bucket, why}], count}; its keys are kept "
+    'across releases (keys may be added; its "version" changes when one is removed or '
+    "changes meaning)."
+)
+
+
+def add_parser(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    tree_of: Callable[[argparse.Namespace], Tree],
+    parents: Sequence[argparse.ArgumentParser] = (),
+) -> None:
     t = sub.add_parser(
         "tune",
+        parents=list(parents),
         help="tune kernel parameters ahead of time for the default device",
         description="Build, verify and time every candidate parameter set of the instances the "
         "device would run, at representative shapes (or --shapes), and write the best to "
         "tuning/<device>.yaml. Killed runs resume from a journal in clforge's cache folder.",
+        epilog=EPILOG,
     )
     t.add_argument("ops", nargs="*", help="ops to tune (default: every op)")
     t.add_argument("--dtypes", default="f32,f64", help="dtypes to tune (default: f32,f64)")
@@ -40,6 +56,9 @@ def add_parser(sub: argparse._SubParsersAction, tree_of) -> None:  # type: ignor
     t.add_argument("--fresh", action="store_true", help="forget the journal of earlier runs")
     t.add_argument("--check", action="store_true", help="list stale entries; exit 1 if any")
     t.add_argument(
+        "--json", action="store_true", help="with --check: machine-readable output (see below)"
+    )
+    t.add_argument(
         "--prune",
         action="store_true",
         help="drop stale entries from the tuning files (of devices not at hand to re-tune)",
@@ -54,6 +73,8 @@ def cmd_tune(args: argparse.Namespace, tree: Tree) -> int:
     from clforge.registry import loader as registry_mod
     from clforge.tune.tuner import stale_entries
 
+    if args.json and not args.check:
+        raise UsageError("tune --json goes with --check (the stale entries as JSON)")
     reg = registry_mod.for_tree(tree)
     if args.merge:
         a, b = (load(Path(p)) for p in args.merge)
@@ -66,8 +87,15 @@ def cmd_tune(args: argparse.Namespace, tree: Tree) -> int:
         stale = stale_entries(reg, load_folders(reg.tuning_folders()))
         if args.prune:
             return _prune(stale)
-        for path, e, why in stale:
-            print(f"{path}: {e.instance} bucket {e.bucket}: stale ({why})")
+        if args.json:
+            rows = [
+                {"file": path, "instance": e.instance, "bucket": e.bucket, "why": why}
+                for path, e, why in stale
+            ]
+            print(json.dumps({"version": 1, "stale": rows, "count": len(rows)}, indent=2))
+        else:
+            for path, e, why in stale:
+                print(f"{path}: {e.instance} bucket {e.bucket}: stale ({why})")
         print(f"{len(stale)} stale entries", file=sys.stderr)
         return 1 if stale else 0
     return _run(args, tree, reg)
