@@ -20,6 +20,9 @@ $(INSTALLED): pyproject.toml
 # CPUs newer than its LLVM 14 (Zen 5, ...), or builds AVX2 code for them (Zen 4); there, fall
 # back to Debian's PoCL 3.1 when apt-get is available (and keep PyPI's when it is not).
 $(OPENCL): $(INSTALLED)
+	@$(BIN)/clforge devices --check >/dev/null 2>&1 || { \
+	  echo "clforge: no OpenCL device builds kernels here; installing PoCL from PyPI (clforge[pocl])"; \
+	  $(BIN)/python -m pip install -q -e '.[test,pocl]'; }
 	@$(BIN)/clforge devices --check-full || { \
 	  echo "clforge: no OpenCL device builds kernels for this CPU; installing Debian's PoCL (pocl-opencl-icd)"; \
 	  command -v apt-get >/dev/null && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pocl-opencl-icd >/dev/null) ; \
