@@ -171,12 +171,13 @@ def _check_file(
         found = list(families.of(f.parent.parent).problems.get(f.name.removesuffix(".yaml"), ()))
     else:
         modeline = modeline_problem(text, rel)
-        spec, found = check_text(text, rel, tree, families.of(f.parent))
+        table = families.of(f.parent)
+        spec, found = check_text(text, rel, tree, table)
         if spec is not None:
             loaded.append(spec)
             found = found + reference_problems(spec, tree) + tunable_problems(spec)
         else:  # the variants without findings still get their templates rendered
-            part = clean_variants(text, rel, found)
+            part = clean_variants(text, rel, found, tree, table)
             if part is not None:
                 found = found + render_problems(part, Renderer(tree))
     return found + ([modeline] if modeline else [])

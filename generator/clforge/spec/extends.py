@@ -11,6 +11,7 @@ join the op in the merged registry.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,18 @@ def defining_tree(op: str, tree: Tree) -> Tree | None:
         if f.is_file() and not _extends_of(f):
             return t
     return None
+
+
+def defined_ops(tree: Tree) -> list[str]:
+    """The ops that the other registered trees define (not merely extend), by name."""
+    return sorted(
+        {
+            f.name.removesuffix(".yaml")
+            for t in other_trees(tree)
+            for f in t.specs.glob("*.yaml")
+            if f.is_file() and not _extends_of(f)
+        }
+    )
 
 
 def _extends_of(f: Path) -> str | None:
@@ -109,22 +122,27 @@ def check_extends(
         _, more = check_extends(rest, path, tree, check_text)
         return None, col.diags + [d for d in more if d.rule not in SALVAGE_BLIND]
     stem = Path(path).name.split(".")[0]
+    base_tree = defining_tree(ext.extends, tree)
+    if base_tree is None:
+        # a typo: the op meant, by the file's name first, else the nearest name
+        known = defined_ops(tree)
+        close = [stem] if stem in known else difflib.get_close_matches(ext.extends, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        names = ", ".join(s.name for s in sources.sources())
+        col.add(
+            ("extends",),
+            "extends",
+            f"no other registered tree defines op {ext.extends!r}{hint} (registered trees: "
+            f"{names}; an op of another extension needs that extension registered: its entry "
+            "point, or CLFORGE_PATH)",
+        )
+        return None, col.diags
     if ext.extends != stem:
         col.add(
             ("extends",),
             "file-name",
             f"variants for op {ext.extends!r} must live in a file named {ext.extends}.yaml, not "
             f"{stem}.yaml",
-        )
-        return None, col.diags
-    base_tree = defining_tree(ext.extends, tree)
-    if base_tree is None:
-        names = ", ".join(s.name for s in sources.sources())
-        col.add(
-            ("extends",),
-            "extends",
-            f"no other registered tree defines op {ext.extends!r} (trees: {names}); register "
-            "the tree that defines it (README, 'Writing an extension')",
         )
         return None, col.diags
     base_file = base_tree.specs / f"{ext.extends}.yaml"

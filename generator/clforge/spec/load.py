@@ -31,7 +31,7 @@ from clforge.spec.families import (
     mapping_problem,
 )
 from clforge.spec.files import read_spec, spec_files
-from clforge.spec.model import OpSpec
+from clforge.spec.model import ExtendsSpec, OpSpec
 from clforge.spec.op_checks import check_op
 from clforge.spec.signature import signature_of
 from clforge.spec.structure import SALVAGE_BLIND, salvage, structure_findings
@@ -94,13 +94,7 @@ def check_text(
             return None, diags
         return LoadedSpec(path, ext.spec, ext.tree, extends=ext.base), []
     if "family" in doc:
-        if families is None:
-            families = load_families(tree.specs, tree)
-        found, diags = check_member(doc, path, tree, families)
-        if found is None:
-            return None, diags
-        spec, merged, membership = found
-        return LoadedSpec(path, spec, merged, membership), []
+        return check_text_member(doc, path, tree, families)
     col = Collector(path, doc)
     stem = Path(path).name.split(".")[0]
     try:
@@ -147,17 +141,28 @@ def renumbered(d: Diagnostic, doc: LocMap, rest: LocMap) -> Diagnostic:
 STRUCTURE_RULES = frozenset({"unknown-key", "missing-key", "type", "vocabulary"})
 
 
-def clean_variants(text: str, path: str, findings: Sequence[Diagnostic]) -> LoadedSpec | None:
+def clean_variants(
+    text: str,
+    path: str,
+    findings: Sequence[Diagnostic],
+    tree: Tree = DEFAULT,
+    families: Families | None = None,
+) -> LoadedSpec | None:
     """A spec with findings, reduced to the variants that have none (by line: a variant owns
     the lines from its first to the next's), so that lint can still render their templates;
-    None when an op-level finding (beyond a key that validation dropped) makes that moot, or
-    for an op of a family or an `extends:` file, whose templates lint renders once they load."""
+    None when an op-level finding (beyond a key that validation dropped) makes that moot.
+    An `extends:` file keeps its clean variants, checked again against the op they serve; an
+    op of a family omits the variants whose overrides have findings (`omit_variants:`)."""
     try:
         doc = load_yaml(text, path)
     except YamlProblem:
         return None
-    if not isinstance(doc, LocMap) or "family" in doc or "extends" in doc:
+    if not isinstance(doc, LocMap):
         return None
+    if "extends" in doc and "op" not in doc:
+        return _clean_extends(doc, path, findings, tree)
+    if "family" in doc:
+        return _clean_member(doc, path, findings, tree, families)
     try:
         spec, rest = OpSpec.model_validate(doc), doc
     except ValidationError as err:
@@ -165,7 +170,21 @@ def clean_variants(text: str, path: str, findings: Sequence[Diagnostic]) -> Load
         if saved is None:
             return None
         spec, rest = saved
-    starts = [v.loc.line for v in rest["variants"]]
+    bad = _owners(findings, path, [v.loc.line for v in rest["variants"]])
+    if bad is None:
+        return None
+    keep = [i for i in range(len(spec.variants)) if i not in bad]
+    if not keep:
+        return None
+    variants = tuple(spec.variants[i] for i in keep)
+    reduced = _with(rest, "variants", _kept(rest["variants"], keep))
+    return LoadedSpec(path, spec.model_copy(update={"variants": variants}), reduced)
+
+
+def _owners(findings: Sequence[Diagnostic], path: str, starts: list[int]) -> set[int] | None:
+    """The indices of the parts (variants, overrides) starting at lines `starts`, in order,
+    that hold an error of `path` (a part owns the lines from its first to the next's); None when
+    an error that is not structural lies outside them all (the op itself is in question)."""
     ends = [*starts[1:], 1 << 30]
     bad: set[int] = set()
     for d in findings:
@@ -178,16 +197,93 @@ def clean_variants(text: str, path: str, findings: Sequence[Diagnostic]) -> Load
             bad.update(owners)
         elif d.rule not in STRUCTURE_RULES:
             return None
-    keep = [i for i in range(len(spec.variants)) if i not in bad]
+    return bad
+
+
+def _kept(items: LocList, keep: Sequence[int]) -> LocList:
+    out = LocList(items[i] for i in keep)
+    out.loc, out.item_locs = items.loc, [items.item_locs[i] for i in keep]
+    return out
+
+
+def _with(doc: LocMap, key: str, value: object, at: str | None = None) -> LocMap:
+    """A copy of `doc` with `key` set to `value` (a new key located at key `at`'s place)."""
+    out = LocMap(doc)
+    out.loc, out.key_locs, out.value_locs = doc.loc, dict(doc.key_locs), dict(doc.value_locs)
+    out[key] = value
+    if key not in doc.key_locs:
+        out.key_locs[key] = doc.key_locs[at] if at else doc.loc
+        out.value_locs[key] = doc.value_locs[at] if at else doc.loc
+    return out
+
+
+def _clean_extends(
+    doc: LocMap, path: str, findings: Sequence[Diagnostic], tree: Tree
+) -> LoadedSpec | None:
+    """The variants of an `extends:` file that have no findings, checked against their op."""
+    try:
+        ExtendsSpec.model_validate(doc)
+        rest: LocMap = doc
+    except ValidationError as err:
+        saved = salvage(doc, err, ExtendsSpec)
+        if saved is None:
+            return None
+        rest = saved[1]
+    if not isinstance(rest.get("variants"), LocList):
+        return None
+    bad = _owners(findings, path, [v.loc.line for v in rest["variants"]])
+    keep = [i for i in range(len(rest["variants"])) if bad is not None and i not in bad]
     if not keep:
         return None
-    items = LocList(rest["variants"][i] for i in keep)
-    items.loc, items.item_locs = rest["variants"].loc, [rest["variants"].item_locs[i] for i in keep]
-    tree = LocMap(rest)
-    tree.loc, tree.key_locs, tree.value_locs = rest.loc, rest.key_locs, rest.value_locs
-    tree["variants"] = items
-    variants = tuple(spec.variants[i] for i in keep)
-    return LoadedSpec(path, spec.model_copy(update={"variants": variants}), tree)
+    ext, _ = check_extends(
+        _with(rest, "variants", _kept(rest["variants"], keep)), path, tree, check_text
+    )
+    return None if ext is None else LoadedSpec(path, ext.spec, ext.tree, extends=ext.base)
+
+
+def _clean_member(
+    doc: LocMap,
+    path: str,
+    findings: Sequence[Diagnostic],
+    tree: Tree,
+    families: Families | None,
+) -> LoadedSpec | None:
+    """An op of a family without the variants whose overrides have findings (omitted)."""
+    overrides = doc.get("variants")
+    if not isinstance(overrides, LocMap):
+        return None
+    names = sorted(overrides, key=lambda n: overrides.key_locs[n].line)
+    bad = _owners(findings, path, [overrides.key_locs[n].line for n in names])
+    if not bad:
+        return None  # nothing to leave out: the findings are elsewhere
+    dropped = [names[i] for i in sorted(bad)]
+    kept = LocMap({n: overrides[n] for n in names if n not in dropped})
+    kept.loc = overrides.loc
+    kept.key_locs = {n: overrides.key_locs[n] for n in kept}
+    kept.value_locs = {n: overrides.value_locs[n] for n in kept}
+    before = doc.get("omit_variants")
+    omit = LocList([*(before if isinstance(before, list) else ()), *dropped])
+    omit.loc = before.loc if isinstance(before, LocList) else doc.value_locs["variants"]
+    omit.item_locs = [
+        *(before.item_locs if isinstance(before, LocList) else ()),
+        *(overrides.key_locs[n] for n in dropped),
+    ]
+    reduced = _with(_with(doc, "variants", kept), "omit_variants", omit, at="variants")
+    found, _ = check_text_member(reduced, path, tree, families)
+    return found
+
+
+def check_text_member(
+    doc: LocMap, path: str, tree: Tree, families: Families | None
+) -> tuple[LoadedSpec | None, list[Diagnostic]]:
+    """Check an op of a family from its located tree (see :func:`check_text`)."""
+    if families is None:
+        families = load_families(tree.specs, tree)
+    found, diags = check_member(doc, path, tree, families)
+    if found is None:
+        return None, diags
+    spec, merged, membership = found
+    return LoadedSpec(path, spec, merged, membership), []
 
 
 def _check_defined_elsewhere(col: Collector, op: str, tree: Tree) -> None:
