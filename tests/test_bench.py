@@ -1,12 +1,16 @@
 """`clforge bench`: the quick run end to end (its JSON, text and chart, a missing peer reported
-as missing), the rule that skips slow generic timings, the ratios, and ORT's graphs computing
-what the references compute."""
+as missing), the rule that skips slow generic timings, the ratios and their spreads over the
+rounds, the rounds' interleaved order, a peer's long-lived process, ORT's graphs computing what
+the references compute, and every peer's call pinned to its case's label (the natural shapes
+and axis a user of NumPy or ONNX Runtime writes, never clforge's canonical ones)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,15 +25,16 @@ from clforge.errors import UsageError
 from clforge.registry.loader import Registry
 from clforge.tools.bench import rounds
 from clforge.tools.bench.bandwidth import Bandwidth
-from clforge.tools.bench.cases import CASES, run_cases, selected
+from clforge.tools.bench.cases import CASES, Case, run_cases, selected
 from clforge.tools.bench.clforge_side import Figures, GenericPace, requests
-from clforge.tools.bench.peers import PEERS, PeerRun
-from clforge.tools.bench.protocol import Outcome, host_inputs
-from clforge.tools.bench.report import make_rows
+from clforge.tools.bench.peers import NOT_ASKED, PEERS, PeerProcess, PeerRun
+from clforge.tools.bench.protocol import Request, host_inputs, natural_inputs
+from clforge.tools.bench.report import make_rows, tally
+from clforge.tools.bench.rounds import Spread
 
 ROW_KEYS = {
-    "op", "dtype", "label", "sizes", "unit", "instance", "clforge", "generic", "generic_note",
-    "peers", "ratios", "copy", "of_bandwidth",
+    "op", "dtype", "label", "sizes", "unit", "instance", "clforge", "clforge_range", "generic",
+    "generic_note", "peers", "ratios", "spreads", "rounds", "copy", "of_bandwidth",
 }  # fmt: skip
 
 
@@ -71,6 +76,7 @@ def test_quick_bench_reports_every_case_and_peer(
     report, out = quick_run
     assert report["quick"] is True
     assert report["commit"] and report["device"]
+    assert report["rounds"] == 1 and report["round_order"] == ["clforge first"]
     bw = report["bandwidth"]
     assert bw["gbps"] == max(bw["plain_gbps"], bw["streaming_gbps"]) > 0
     assert set(report["peers"]) == {p.key for p in PEERS}
@@ -90,6 +96,8 @@ def test_quick_bench_reports_every_case_and_peer(
         assert set(r["ratios"]) == {*(p.key for p in PEERS), "generic"}
         for v in r["ratios"].values():
             assert v is None or (isinstance(v, float) and v > 0), r["label"]
+        assert r["rounds"]["clforge"] == [r["clforge"]] == r["clforge_range"][:1]
+        assert set(r["rounds"]) == {"clforge", *(p.key for p in PEERS)}
         assert (r["of_bandwidth"] is not None) == (r["unit"] == "GB/s")
         assert (r["copy"] is not None) == (r["unit"] == "GB/s")
         if r["copy"] is not None:
@@ -100,7 +108,7 @@ def test_quick_bench_reports_every_case_and_peer(
         numpy = r["peers"]["numpy"]
         assert (numpy["rate"] is None) == (r["op"] == "gelu"), r["label"]
         if not report["peers"]["onnxruntime"]["available"]:
-            assert r["peers"]["onnxruntime"] == {"rate": None, "note": "missing"}
+            assert r["peers"]["onnxruntime"] == {"rate": None, "range": None, "note": "missing"}
         else:
             assert r["peers"]["onnxruntime"]["rate"], r
 
@@ -145,16 +153,229 @@ def test_slow_generics_are_predicted_and_skipped() -> None:
 
 def test_rows_take_ratios_of_rates_and_none_where_a_figure_is_missing() -> None:
     case = selected(True)[0]
-    run = PeerRun(PEERS[0], True, "1", None, ({"seconds": 4.0},))
-    missing = PeerRun(PEERS[1], False, None, "not installed", ({"seconds": None, "note": "x"},))
+    run = PeerRun(PEERS[0], True, "1", None, (({"seconds": 4.0},),))
+    missing = PeerRun(PEERS[1], False, None, "not installed", (({"seconds": None, "note": "x"},),))
     copy = Bandwidth(2.0 * case.amount(), case.amount(), 1, 1)  # twice as fast as clforge
-    (row,) = make_rows([case], [Figures("i", 1.0, 2.0)], [run, missing], [copy])
+    (row,) = make_rows([case], [[Figures("i", 1.0, 2.0)]], [run, missing], [[copy]])
     assert row["ratios"] == {"numpy": 4.0, "onnxruntime": None, "generic": 2.0}
+    assert row["spreads"]["onnxruntime"] is None
     assert row["clforge"] == pytest.approx(case.amount())
     assert row["copy"] == pytest.approx(2.0 * case.amount())
     assert row["of_bandwidth"] == pytest.approx(0.5)
-    (row,) = make_rows([case], [Figures("i", 1.0, 2.0)], [run, missing], [None])
+    (row,) = make_rows([case], [[Figures("i", 1.0, 2.0)]], [run, missing], [[None]])
     assert row["copy"] is None and row["of_bandwidth"] is None
+
+
+def test_ratios_are_taken_round_by_round_and_one_that_crosses_1_is_level() -> None:
+    case = selected(True)[0]
+    a = case.amount()
+    figs = [Figures("i", s, 9.0 if k == 0 else None) for k, s in enumerate((1.0, 2.0, 1.0))]
+
+    def peer(i: int, *seconds: float | None) -> PeerRun:
+        return PeerRun(PEERS[i], True, "1", None, (tuple({"seconds": s} for s in seconds),))
+
+    # NumPy: 0.5x, 1.5x, 2x by round, level; ORT: 2x, 1.5x, 4x, a win; CLBlast: one round
+    runs = [peer(0, 0.5, 3.0, 2.0), peer(1, 2.0, 3.0, 4.0), peer(2, None, 1.0, None)]
+    (row,) = make_rows([case], [figs], runs, [[None, None, None]])
+    assert row["clforge"] == pytest.approx(a)
+    assert row["clforge_range"] == pytest.approx([a / 2, a])
+    assert row["rounds"]["clforge"] == pytest.approx([a, a / 2, a])
+    assert row["rounds"]["clblast"] == [None, pytest.approx(a), None]
+    numpy, ort, clblast = (row["spreads"][p.key] for p in PEERS)
+    assert numpy is not None and ort is not None and clblast is not None
+    assert numpy["median"] == pytest.approx(1.5) and numpy["range"] == pytest.approx([0.5, 2.0])
+    assert numpy["level"] is True
+    assert ort["median"] == pytest.approx(2.0) and ort["level"] is False
+    assert row["peers"]["numpy"]["rate"] == pytest.approx(a / 2.0)  # its median round
+    assert clblast["range"] == pytest.approx([0.5, 0.5]) and clblast["level"] is False
+    assert row["ratios"]["numpy"] == pytest.approx(1.5)  # the median of the rounds' ratios
+    assert row["generic"] == pytest.approx(a / 9.0)  # the first round's
+    assert tally([row], "numpy") == (0, 0, 1)
+    assert tally([row], "onnxruntime") == (1, 0, 0)
+    assert tally([row], "clblast") == (0, 1, 0)
+
+
+def test_rounds_interleave_the_sides_per_case_and_alternate_who_goes_first() -> None:
+    calls: list[tuple[str, int, int]] = []
+    rounds.interleave(
+        3,
+        ["a", "b"],
+        lambda k, i: calls.append(("clforge", k, i)),
+        lambda k, i: calls.append(("peers", k, i)),
+    )
+    assert calls == [
+        ("clforge", 0, 0), ("peers", 0, 0), ("clforge", 0, 1), ("peers", 0, 1),
+        ("peers", 1, 0), ("clforge", 1, 0), ("peers", 1, 1), ("clforge", 1, 1),
+        ("clforge", 2, 0), ("peers", 2, 0), ("clforge", 2, 1), ("peers", 2, 1),
+    ]  # fmt: skip
+    assert rounds.order(3) == ["clforge first", "peers first", "clforge first"]
+
+
+def test_spreads_medians_and_notes_over_rounds() -> None:
+    assert Spread.of([3.0, None, 1.0, 2.0]) == Spread(2.0, 1.0, 3.0)
+    assert Spread.of([None]) is None
+    assert Spread(1.0, 0.9, 1.1).crosses_one()
+    assert not Spread(1.0, 1.0, 1.1).crosses_one()  # a tie at the bottom is no loss
+    one = [Figures("i", s, 9.0 if k == 0 else None) for k, s in enumerate((3.0, 1.0, 2.0))]
+    assert rounds.figures(one) == Figures("i", 2.0, 9.0)  # the generic: the first round's
+    copies = [Bandwidth(p, s, 64, 64) for p, s in ((1.0, 6.0), (3.0, 4.0), (2.0, 5.0))]
+    assert rounds.copy([*copies, None]) == Bandwidth(2.0, 5.0, 64, 64)
+    assert rounds.copy([None, None]) is None
+    assert rounds.note([{"seconds": 1.0, "note": "a"}, {"seconds": 1.0, "note": "b"},
+                        {"seconds": 2.0, "note": "b"}]) == "b"  # fmt: skip
+    assert rounds.note([{"seconds": None, "note": "failed: x"}] * 2) == "failed: x"
+
+
+def test_a_peer_process_lives_for_the_run_and_answers_case_by_case(registry: Registry) -> None:
+    cases = [c for c in selected(True) if c.op in ("sum", "matmul")][:2]
+    reqs = requests(registry, cases)
+    timing = {"repeats": 1, "target_s": 0.001}
+    numpy = PeerProcess(PEERS[0], timeout_s=120)
+    clblast = PeerProcess(next(p for p in PEERS if p.key == "clblast"), timeout_s=120)
+    try:
+        first = [numpy.ask(r, timing) for r in reqs]
+        pid = numpy._proc.pid if numpy._proc else None
+        again = numpy.ask(reqs[0], timing)
+        assert numpy._proc is not None and numpy._proc.pid == pid  # the same process
+        assert all(o["seconds"] for o in [*first, again]), first
+        assert clblast.ask(next(r for r in reqs if r["op"] == "sum"), timing) == {
+            "seconds": None,
+            "note": NOT_ASKED,
+        }
+    finally:
+        numpy.close()
+        clblast.close()
+    run = numpy.run([[first[0], again], [first[1]]])
+    assert run.available and run.version and run.outcomes[0] == (first[0], again)
+
+
+# --- the peers' calls, pinned to the cases' labels -----------------------------------------
+
+_SHAPE = re.compile(r"(?<![\w/])\d+(?:x\d+)*(?![\w])")
+
+
+def _label_shapes(label: str) -> list[tuple[int, ...]]:
+    """The sizes written in a label, e.g. "conv2d 3x3/2 128x56x56->128x28x28" gives (3, 3),
+    (128, 56, 56) and (128, 28, 28); "f64", "8h", "d64" and "/2" are no sizes."""
+    return [tuple(int(n) for n in m.split("x")) for m in _SHAPE.findall(label)]
+
+
+def _from_label(case: Case) -> tuple[dict[str, tuple[int, ...]], int | None, list[int] | None]:
+    """What a user of NumPy or ONNX Runtime passes for the case, read off its label alone: each
+    input's shape, the axis (-1, or 1 for a middle-axis case) and a transpose's permutation."""
+    label, op = case.title, case.op
+    shapes = _label_shapes(label)
+    if op == "attention":
+        (sq, sk), h = shapes[0], int(re.findall(r"(\d+)h\b", label)[0])
+        d = int(re.findall(r"\bd(\d+)", label)[0])
+        q, kv = (1, h, sq, d), (1, h, sk, d)  # batch 1, as every attention case
+        return {"q": q, "k": kv, "v": kv}, None, None
+    if op == "conv2d":
+        (r, s), (c, hh, ww) = shapes[0], shapes[1]
+        k = shapes[2][0] if len(shapes) > 2 else c  # depthwise: as many outputs as inputs
+        groups = c if "depthwise" in label else int(next(iter(re.findall(r"\bg(\d+)", label)), 1))
+        return {"x": (1, c, hh, ww), "w": (k, c // groups, r, s), "bias": (k,)}, None, None
+    (shape,) = shapes
+    if op in ("matmul", "gemm"):
+        (n,) = shape
+        return {"a": (n, n), "b": (n, n)}, None, None
+    if op == "permute":
+        return {"x": shape}, None, [1, 0]
+    if op in ("add", "mul", "maximum"):
+        return {"a": shape, "b": shape}, None, None
+    if op in ("layer_norm", "rms_norm"):
+        vec = (shape[-1],)
+        return (
+            {"x": shape, "weight": vec, **({"bias": vec} if op == "layer_norm" else {})},
+            -1,
+            None,
+        )
+    if op in ("sum", "mean", "max", "argmax", "softmax", "log_softmax"):
+        middle = "(middle axis)" in label
+        assert len(shape) == (3 if middle else 2), label
+        return {"x": shape}, 1 if middle else -1, None
+    return {"x": shape}, None, None  # a unary elementwise op: a vector
+
+
+def test_every_case_label_says_what_its_call_is() -> None:
+    """The label parser above knows every op the bench has a case for."""
+    for case in CASES:
+        shapes, _, _ = _from_label(case)
+        assert shapes and all(math.prod(s) > 0 for s in shapes.values()), case.title
+
+
+def _full_requests(registry: Registry) -> list[tuple[Case, Request]]:
+    cases = list(CASES)
+    return list(zip(cases, requests(registry, cases), strict=True))
+
+
+def test_numpy_gets_the_natural_shapes_and_axis_of_each_label(registry: Registry) -> None:
+    for case, req in _full_requests(registry):
+        shapes, axis, perm = _from_label(case)
+        natural = req["natural"]
+        got = {k: tuple(v) for k, v in natural["shapes"].items() if k in shapes}
+        assert got == shapes, case.title
+        assert natural["axis"] == axis and natural["perm"] == perm, case.title
+    tiny = selected(True)
+    for case, req in zip(tiny, requests(registry, tiny), strict=True):  # the arrays themselves
+        x = natural_inputs(req)
+        assert {k: x[k].shape for k in _from_label(case)[0]} == _from_label(case)[0], case.title
+
+
+def _attr(node: Any, name: str) -> Any:
+    from onnx import helper
+
+    return next(helper.get_attribute_value(a) for a in node.attribute if a.name == name)
+
+
+def _graph_axis(model: Any) -> int | None:
+    """The axis an ONNX graph's reduction, softmax or norm works on (None: it names none)."""
+    from onnx import numpy_helper
+
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type.startswith("Reduce"):
+            (axis,) = consts[node.input[1]].tolist()
+            return int(axis)
+        if node.op_type in ("ArgMax", "Softmax", "LogSoftmax") or "Normalization" in node.op_type:
+            return int(_attr(node, "axis"))
+    return None
+
+
+def test_ort_graphs_take_the_natural_shapes_and_axis_of_each_label(registry: Registry) -> None:
+    """Every way ORT is offered every case, built (not run) at the full sizes: its inputs have
+    the label's shapes (MultiHeadAttention's (B, S, H * D) for attention), its op the label's
+    axis, with no size-1 axis of clforge's canonical shapes."""
+    pytest.importorskip("onnx")
+    from clforge.tools.bench import peer_ort
+
+    for case, req in _full_requests(registry):
+        shapes, axis, perm = _from_label(case)
+        graphs = peer_ort.BUILDERS[case.op](req)
+        assert graphs, case.title
+        for g in graphs:
+            model = peer_ort.model(g)
+            fed = {
+                i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim)
+                for i in model.graph.input
+            }
+            if g.heads is not None:  # MultiHeadAttention: (B, S, H * D)
+                want = {k: (b, s, h * d) for k, (b, h, s, d) in shapes.items()}
+                assert fed == want, (case.title, g.note)
+                (node,) = model.graph.node
+                assert node.op_type == "MultiHeadAttention" and _attr(node, "num_heads") == g.heads
+                continue
+            assert fed == shapes, (case.title, g.note)
+            if case.op != "attention":  # its composed graph's Softmax is over the keys
+                assert _graph_axis(model) == axis, (case.title, g.note)
+            if perm is not None:
+                (node,) = model.graph.node
+                assert _attr(node, "perm") == perm, case.title
+            if case.op == "conv2d":
+                (node,) = model.graph.node
+                w = shapes["w"]
+                assert _attr(node, "kernel_shape") == list(w[2:]), case.title
+                assert _attr(node, "group") == shapes["x"][1] // w[1], case.title
 
 
 def test_ort_graphs_compute_what_the_references_compute(registry: Registry) -> None:
@@ -167,41 +388,13 @@ def test_ort_graphs_compute_what_the_references_compute(registry: Registry) -> N
     for case, req in zip(cases, requests(registry, cases), strict=True):
         x = host_inputs(req)
         (want,) = references.resolve(req["reference"]).fn(x, req["attrs"]).values()
-        for graph in peer_ort.BUILDERS[case.op](req, x):  # every way, not only the first
-            (got,) = peer_ort._session(graph).run(None, graph.feeds)
+        for graph in peer_ort.BUILDERS[case.op](req):  # every way, not only the first
+            (got,) = peer_ort.session(graph).run(None, graph.feeds(x))
             tol = 1e-9 if case.dtype == "f64" else 1e-4
             np.testing.assert_allclose(
-                got.reshape(want.shape), want, rtol=tol, atol=tol, err_msg=case.title
+                graph.canonical(got).reshape(want.shape),
+                want,
+                rtol=tol,
+                atol=tol,
+                err_msg=f"{case.title}: {graph.note}",
             )
-
-
-def test_rounds_take_each_figure_s_median_and_keep_notes() -> None:
-    one = [Figures("i", s, 9.0 if k == 0 else None) for k, s in enumerate((3.0, 1.0, 2.0))]
-    assert rounds.figures(one) == Figures("i", 2.0, 9.0)  # the generic: the first round's
-    copies = [Bandwidth(p, s, 64, 64) for p, s in ((1.0, 6.0), (3.0, 4.0), (2.0, 5.0))]
-    assert rounds.copy([*copies, None]) == Bandwidth(2.0, 5.0, 64, 64)
-    assert rounds.copy([None, None]) is None
-
-    def run(*outcomes: Outcome) -> PeerRun:
-        return PeerRun(PEERS[1], True, "1", None, outcomes)
-
-    merged = rounds.peer_run(
-        [
-            run({"seconds": 5.0}, {"seconds": None, "note": "failed: x"}, {"seconds": 1.0}),
-            run(
-                {"seconds": 1.0},
-                {"seconds": None, "note": "failed: x"},
-                {"seconds": 2.0, "note": "y"},
-            ),
-            run({"seconds": 2.0}, {"seconds": None, "note": "failed: x"}, {"seconds": 3.0}),
-        ]
-    )
-    assert merged.outcomes == (
-        {"seconds": 2.0},
-        {"seconds": None, "note": "failed: x"},
-        {"seconds": 2.0, "note": "y"},
-    )
-    missing = PeerRun(
-        PEERS[1], False, None, "not installed", ({"seconds": None, "note": "missing"},)
-    )
-    assert rounds.peer_run([missing, run({"seconds": 1.0})]) is missing

@@ -1,5 +1,7 @@
 """The bench cases: an op, a dtype, the sizes of its dims (full and `--quick`), attributes, the
-work of one call (bytes moved or flops) and its unit, and a short label."""
+work of one call (bytes moved or flops) and its unit, a short label, and the call a peer's user
+writes for it (:class:`~clforge.tools.bench.natural.Natural`: the shapes and axis of the label,
+not clforge's canonical shapes with their size-1 axes)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from clforge.core.manifest import BUILTIN_NAME
 from clforge.errors import UsageError
 from clforge.registry.loader import Registry
 from clforge.registry.records import OpSig
+from clforge.tools.bench.natural import Natural
 
 Sizes = Mapping[str, int]
 
@@ -32,6 +35,7 @@ class Case:
     # memory layouts other than row-major, by tensor (conv2d's x: "nhwc"); an output follows
     # its op's convention (conv2d's y follows x); the peers get the row-major equivalent
     layouts: Mapping[str, str] = field(default_factory=dict)
+    natural: Natural = field(default_factory=Natural)  # the peers' call (default: canonical)
 
     def at(self, quick: bool) -> Case:
         """This case with its quick sizes (the same case when not quick)."""
@@ -74,26 +78,37 @@ def _unary(op: str, n: int = 16 * 2**20, label: str | None = None, **attrs: int)
 
 
 def _binary(op: str, rows: int, cols: int) -> Case:
-    label = f"{op} " + ("{D3}" if rows == 1 else "{D2}x{D3}")
+    """A same-shape binary op: a vector of `cols` (rows == 1) or a rows x cols matrix."""
+    dims = ("D3",) if rows == 1 else ("D2", "D3")
+    label = f"{op} " + "x".join(f"{{{d}}}" for d in dims)
     full = {"D0": 1, "D1": 1, "D2": rows, "D3": cols}
-    return Case(op, full, {"D0": 1, "D1": 1, "D2": 16, "D3": 256}, _bytes(3), "GB/s", label)
+    quick = {"D0": 1, "D1": 1, "D2": 1 if rows == 1 else 16, "D3": 256}
+    natural = Natural({"a": dims, "b": dims})
+    return Case(op, full, quick, _bytes(3), "GB/s", label, natural=natural)
 
 
 def _reduce(op: str, b: int, r: int, i: int = 1, arrays: int = 1) -> Case:
-    """A reduction over the middle axis of [B, R, I] (the last axis when I == 1)."""
-    label = f"{op} " + ("{B}x{R}" if i == 1 else "{B}x{R}x{I} (middle axis)")
-    quick = {"B": 16, "R": 256, "I": 1 if i == 1 else 4}
-    return Case(op, {"B": b, "R": r, "I": i}, quick, _bytes(arrays), "GB/s", label)
+    """An op over the middle axis of clforge's [B, R, I]: for its peers the last axis of a
+    B x R matrix when I == 1, else axis 1 of the B x R x I tensor."""
+    last = i == 1
+    label = f"{op} " + ("{B}x{R}" if last else "{B}x{R}x{I} (middle axis)")
+    quick = {"B": 16, "R": 256, "I": 1 if last else 4}
+    natural = Natural({"x": ("B", "R")}, -1) if last else Natural({"x": ("B", "R", "I")}, 1)
+    sizes = {"B": b, "R": r, "I": i}
+    return Case(op, sizes, quick, _bytes(arrays), "GB/s", label, natural=natural)
 
 
 def _norm(op: str) -> Case:
-    return Case(op, {"B": 4096, "R": 1024}, {"B": 16, "R": 256}, _bytes(2), "GB/s", op + " {B}x{R}")
+    sizes, quick = {"B": 4096, "R": 1024}, {"B": 16, "R": 256}
+    return Case(op, sizes, quick, _bytes(2), "GB/s", op + " {B}x{R}", natural=Natural(axis=-1))
 
 
 def _matmul(n: int, dtype: str = "f32") -> Case:
+    """One [M, K] @ [K, N] (clforge's batch dims of 1 are no part of a peer's call)."""
     sizes = {"BATCH": 1, "M": n, "N": n, "K": n, "BA": 1, "BB": 1}
     quick = {**sizes, "M": 32, "N": 32, "K": 32}
-    return Case("matmul", sizes, quick, _mnk, "GFLOP/s", "matmul {M}", dtype)
+    natural = Natural({"a": ("M", "K"), "b": ("K", "N")})
+    return Case("matmul", sizes, quick, _mnk, "GFLOP/s", "matmul {M}", dtype, natural=natural)
 
 
 def _conv_dims(c: int, hw: int, k: int, r: int, groups: int, stride: int, pad: int) -> Sizes:
@@ -169,6 +184,7 @@ CASES: tuple[Case, ...] = (
         "GB/s",
         "transpose {D2}x{D3}",
         attrs={"p0": 0, "p1": 1, "p2": 3, "p3": 2},
+        natural=Natural({"x": ("D2", "D3")}, perm=(1, 0)),
     ),
     *(_matmul(n) for n in (64, 128, 256, 512, 1000, 1024, 2048)),
     _matmul(1024, "f64"),

@@ -33,8 +33,9 @@ def requests(reg: Registry, cases: Sequence[Case]) -> list[Request]:
     for case in cases:
         op = reg.op(case.op)
         attrs = resolve_attrs(op, case.attrs)
+        sizes, roots = dict(case.sizes), reg.roots()
         out.append(
-            request(op, case.dtype, dict(case.sizes), attrs, reg.roots(), case.shapes, case.layouts)
+            request(op, case.dtype, sizes, attrs, roots, case.shapes, case.layouts, case.natural)
         )
     return out
 

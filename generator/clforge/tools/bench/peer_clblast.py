@@ -8,21 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from clforge.tools.bench.protocol import (
-    Answer,
-    Outcome,
-    Request,
-    Timing,
-    host_inputs,
-    skipped,
-    unavailable,
-)
-from clforge.tools.bench.timing import Call, outcomes
+from clforge.tools.bench.protocol import Outcome, Request, natural_inputs, skipped, unavailable
+from clforge.tools.bench.timing import Call, Served, outcome
 
 GEMM_OPS = ("matmul", "gemm")
 
 
-def _prepare(queue: Any, req: Request) -> Call | Outcome:
+def _prepare(queue: Any, req: Request) -> list[Call] | Outcome:
     import pyclblast
     import pyopencl.array as cla
 
@@ -30,8 +22,8 @@ def _prepare(queue: Any, req: Request) -> Call | Outcome:
         return skipped("not a BLAS op")
     if req["dtype"] not in ("f32", "f64"):
         return skipped(f"no {req['dtype']} GEMM")
-    x = host_inputs(req)
-    a, b = (x["a"][0], x["b"][0]) if req["op"] == "matmul" else (x["a"], x["b"])
+    x = natural_inputs(req)
+    a, b = x["a"], x["b"]
     m, k = a.shape
     n = b.shape[1]
     alpha = float(req["attrs"].get("alpha", 1.0))
@@ -41,25 +33,24 @@ def _prepare(queue: Any, req: Request) -> Call | Outcome:
     def run() -> None:
         pyclblast.gemm(queue, m, n, k, da, db, dc, a_ld=k, b_ld=n, c_ld=n, alpha=alpha, beta=0.0)
 
-    return Call(run)
+    return [Call(run)]
 
 
-def answer(requests: list[Request], timing: Timing) -> Answer:
+def serve() -> Served:
     try:
         import pyclblast  # noqa: F401
     except ImportError as exc:
-        return unavailable(exc)
+        return unavailable(exc), None
     import pyopencl as cl
 
     from clforge.device.discovery import default_device
 
     device = default_device()
     queue = cl.CommandQueue(cl.Context([device]))
-    return {
-        "available": True,
-        "version": f"pyclblast {_version()} on {device.name.strip()}",
-        "outcomes": outcomes(requests, lambda r: _prepare(queue, r), timing, queue.finish),
-    }
+    version = f"pyclblast {_version()} on {device.name.strip()}"
+    return {"available": True, "version": version}, lambda req, timing: outcome(
+        req, lambda r: _prepare(queue, r), timing, queue.finish
+    )
 
 
 def _version() -> str:

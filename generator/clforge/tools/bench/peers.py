@@ -1,17 +1,22 @@
-"""The peers a user would pick instead of clforge, each timed in a process of its own (see
-:mod:`clforge.tools.bench.worker`), and what to say when one is missing."""
+"""The peers a user would pick instead of clforge, each timed in a process of its own that lives
+for the run (:class:`PeerProcess`, :mod:`clforge.tools.bench.worker`), and what to say when one
+is missing."""
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
+import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import clforge
-from clforge.tools.bench.protocol import Answer, Outcome, Request, Timing, skipped
+from clforge.tools.bench.protocol import Hello, Job, Outcome, Request, Timing, skipped
 
 WORKER = "clforge.tools.bench.worker"
 
@@ -43,13 +48,13 @@ NOT_ASKED = "n/a"  # the note of a case a peer is not asked about (CLBlast: matm
 
 @dataclass(frozen=True)
 class PeerRun:
-    """A peer's figures: one outcome per case (all None where the peer is missing)."""
+    """A peer's figures: per case, one outcome per round (all None where the peer is missing)."""
 
     peer: Peer
     available: bool
     version: str | None
     reason: str | None  # why it is missing
-    outcomes: tuple[Outcome, ...]
+    outcomes: tuple[tuple[Outcome, ...], ...]
 
     def status(self) -> str:
         """One line: the peer's version, or why it is missing and how to get it."""
@@ -66,43 +71,103 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
 
 
-def _ask(peer: Peer, requests: list[Request], timing: Timing, timeout_s: float) -> Answer:
-    job = json.dumps({"requests": requests, "timing": timing})
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", WORKER, peer.key],
-            input=job,
-            check=False,
-            capture_output=True,
+class PeerProcess:
+    """A peer's process (:mod:`clforge.tools.bench.worker`), started when first asked and kept
+    for the run, so that the bench asks it case by case between clforge's timings of the same
+    case; a process that dies or times out is started afresh for the next case."""
+
+    def __init__(self, peer: Peer, timeout_s: float) -> None:
+        self.peer = peer
+        self.timeout_s = timeout_s
+        self.hello: Hello | None = None  # None: never asked
+        self._proc: subprocess.Popen[str] | None = None
+        self._stderr: IO[str] | None = None
+
+    def ask(self, req: Request, timing: Timing) -> Outcome:
+        """The peer's outcome for one case: n/a for a case it is not asked about, "missing"
+        when the peer is, a note when its process failed on this case."""
+        if not self.peer.applies(req["op"]):
+            return skipped(NOT_ASKED)
+        if self._proc is None and (self.hello is None or self.hello["available"]):
+            self._start()
+        if self._proc is None or self.hello is None or not self.hello["available"]:
+            return skipped("missing")
+        job: Job = {"request": req, "timing": timing}
+        try:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(json.dumps(job) + "\n")
+            self._proc.stdin.flush()
+        except OSError:
+            return skipped(f"failed: {self._failed('its process ended')}")
+        line = self._line()
+        if line is None:
+            return skipped(f"failed: {self._failed(f'no answer in {self.timeout_s:.0f} s')}")
+        answer: Outcome = json.loads(line)
+        return answer
+
+    def _start(self) -> None:
+        # kept open for the life of the process (read back when it fails), closed with it
+        self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", WORKER, self.peer.key],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
             text=True,
-            timeout=timeout_s,
             env=_env(),
         )
-    except subprocess.TimeoutExpired:
-        return {"available": False, "reason": f"timed out after {timeout_s:.0f} s"}
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        err = proc.stderr.strip().splitlines()
-        last = err[-1][:200] if err else f"exit status {proc.returncode}"
-        return {"available": False, "reason": f"its process failed: {last}"}
-    answer: Answer = json.loads(lines[-1])
-    return answer
+        line = self._line()
+        if line is None:
+            self.hello = {"available": False, "reason": self._failed("its process failed")}
+            return
+        self.hello = json.loads(line)
+        if not self.hello["available"]:
+            self.close()
 
+    def _line(self) -> str | None:
+        """The process's next line, or None if it ends or says nothing within the timeout."""
+        assert self._proc is not None and self._proc.stdout is not None
+        ready, _, _ = select.select([self._proc.stdout], [], [], self.timeout_s)
+        line = self._proc.stdout.readline() if ready else ""
+        return line if line.strip() else None
 
-def run_peer(peer: Peer, requests: list[Request], timing: Timing, timeout_s: float) -> PeerRun:
-    """The peer's outcome for every request: those it is not asked about are n/a, and all
-    that it is asked about are "missing" when the peer is."""
-    asked = [i for i, r in enumerate(requests) if peer.applies(r["op"])]
-    answer = _ask(peer, [requests[i] for i in asked], timing, timeout_s) if asked else None
-    available = answer is None or answer["available"]
-    got = dict(zip(asked, answer.get("outcomes", []), strict=True)) if answer and available else {}
-    return PeerRun(
-        peer,
-        available,
-        answer.get("version") if answer else None,
-        None if available or answer is None else answer.get("reason"),
-        tuple(
-            got.get(i, skipped("missing" if i in asked else NOT_ASKED))
-            for i in range(len(requests))
-        ),
-    )
+    def _failed(self, what: str) -> str:
+        """Ends the process; `what` and the last line it wrote on stderr."""
+        err = ""
+        self.close(kill=True)
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            lines = self._stderr.read().strip().splitlines()
+            err = f": {lines[-1][:200]}" if lines else ""
+        return what + err
+
+    def close(self, kill: bool = False) -> None:
+        """Ends the process: its stdin closed, which ends its loop (killed if `kill`, or if it
+        has not ended 10 s later)."""
+        if self._proc is None:
+            return
+        if kill:
+            self._proc.kill()
+        try:
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+        except OSError:
+            pass  # the pipe is already broken: the process is gone
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def run(self, outcomes: Sequence[Sequence[Outcome]]) -> PeerRun:
+        """The peer's figures: `outcomes` per case, per round, as :meth:`ask` gave them."""
+        hello = self.hello or {"available": True}  # never asked: no case it applies to
+        available = hello["available"]
+        return PeerRun(
+            self.peer,
+            available,
+            hello.get("version"),
+            None if available else hello.get("reason"),
+            tuple(tuple(rounds) for rounds in outcomes),
+        )

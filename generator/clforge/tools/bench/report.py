@@ -7,16 +7,28 @@ import math
 from collections.abc import Sequence
 from typing import Any, TypedDict
 
+from clforge.tools.bench import rounds
 from clforge.tools.bench.bandwidth import Bandwidth
 from clforge.tools.bench.cases import Case
 from clforge.tools.bench.clforge_side import Figures
 from clforge.tools.bench.peers import NOT_ASKED, PeerRun
 from clforge.tools.bench.protocol import Outcome
+from clforge.tools.bench.rounds import Spread
 
 
 class PeerCell(TypedDict):
-    rate: float | None  # in the case's unit
+    rate: float | None  # in the case's unit: the median of its rounds
+    range: list[float] | None  # [lowest, highest] over the rounds
     note: str | None  # why there is no rate ("missing": the peer is not installed), or how
+
+
+class Ratio(TypedDict):
+    """clforge's rate over a peer's, round by round: the median, [lowest, highest], and whether
+    that spread crosses 1.0 (then neither side won: `level`)."""
+
+    median: float
+    range: list[float]
+    level: bool
 
 
 class Row(TypedDict):
@@ -26,11 +38,15 @@ class Row(TypedDict):
     sizes: dict[str, int]
     unit: str
     instance: str  # the chosen instance
-    clforge: float  # the chosen instance's rate, in the unit
-    generic: float | None
+    clforge: float  # the chosen instance's rate, in the unit: the median of its rounds
+    clforge_range: list[float]  # [lowest, highest] over the rounds
+    generic: float | None  # timed in the first round only
     generic_note: str | None
     peers: dict[str, PeerCell]  # by peer key: numpy, onnxruntime, clblast
-    ratios: dict[str, float | None]  # clforge's rate over each peer's and the generic's
+    ratios: dict[str, float | None]  # clforge's rate over each peer's (medians of the rounds'
+    # ratios) and over the generic's
+    spreads: dict[str, Ratio | None]  # by peer key: each ratio over the rounds
+    rounds: dict[str, list[float | None]]  # per round, the rate of clforge and of each peer
     copy: float | None  # GB/s cases: the GB/s of a copy moving as many bytes
     of_bandwidth: float | None  # GB/s cases: clforge's GB/s over that copy's
 
@@ -43,25 +59,54 @@ def _ratio(ours: float, theirs: float | None) -> float | None:
     return ours / theirs if theirs else None
 
 
-def _cell(case: Case, outcome: Outcome) -> PeerCell:
-    return {"rate": _rate(case.amount(), outcome["seconds"]), "note": outcome.get("note")}
+def _range(spread: Spread | None) -> list[float] | None:
+    return None if spread is None else [spread.low, spread.high]
+
+
+def _cell(rates: Sequence[float | None], outcomes: Sequence[Outcome]) -> PeerCell:
+    spread = Spread.of(rates)
+    return {
+        "rate": None if spread is None else spread.median,
+        "range": _range(spread),
+        "note": rounds.note(outcomes),
+    }
+
+
+def _spread(ours: Sequence[float], theirs: Sequence[float | None]) -> Ratio | None:
+    spread = Spread.of(rounds.ratios(ours, theirs))
+    if spread is None:
+        return None
+    return {
+        "median": spread.median,
+        "range": [spread.low, spread.high],
+        "level": spread.crosses_one(),
+    }
 
 
 def make_rows(
     cases: Sequence[Case],
-    figures: Sequence[Figures],
+    figures: Sequence[Sequence[Figures]],
     runs: Sequence[PeerRun],
-    copies: Sequence[Bandwidth | None],
+    copies: Sequence[Sequence[Bandwidth | None]],
 ) -> list[Row]:
-    """One row per case; `copies`: per case, the copy of as many bytes (memory-bound cases)."""
+    """One row per case, from its rounds: `figures`, clforge's per case per round; `runs`, each
+    peer's; `copies`, per case per round, the copy of as many bytes (memory-bound cases)."""
     rows: list[Row] = []
-    for i, (case, fig, copy) in enumerate(zip(cases, figures, copies, strict=True)):
+    for i, (case, figs, cps) in enumerate(zip(cases, figures, copies, strict=True)):
         amount = case.amount()
-        ours = amount / fig.seconds
-        generic = _rate(amount, fig.generic_seconds)
-        cells = {run.peer.key: _cell(case, run.outcomes[i]) for run in runs}
-        ratios = {key: _ratio(ours, cell["rate"]) for key, cell in cells.items()}
-        ratios["generic"] = _ratio(ours, generic)
+        merged = rounds.figures(figs)
+        per_round = [amount / f.seconds for f in figs]
+        ours = Spread.of(per_round)
+        assert ours is not None
+        generic = _rate(amount, merged.generic_seconds)
+        theirs = {
+            run.peer.key: [_rate(amount, o["seconds"]) for o in run.outcomes[i]] for run in runs
+        }
+        cells = {run.peer.key: _cell(theirs[run.peer.key], run.outcomes[i]) for run in runs}
+        spreads = {key: _spread(per_round, rates) for key, rates in theirs.items()}
+        ratios = {key: s["median"] if s else None for key, s in spreads.items()}
+        ratios["generic"] = _ratio(ours.median, generic)
+        copy = rounds.copy(cps)
         copy_gbps = copy.gbps if copy and case.memory_bound else None
         rows.append(
             {
@@ -70,14 +115,17 @@ def make_rows(
                 "label": case.title,
                 "sizes": dict(case.sizes),
                 "unit": case.unit,
-                "instance": fig.instance,
-                "clforge": ours,
+                "instance": merged.instance,
+                "clforge": ours.median,
+                "clforge_range": [ours.low, ours.high],
                 "generic": generic,
-                "generic_note": fig.generic_note,
+                "generic_note": merged.generic_note,
                 "peers": cells,
                 "ratios": ratios,
+                "spreads": spreads,
+                "rounds": {"clforge": list[float | None](per_round), **theirs},
                 "copy": copy_gbps,
-                "of_bandwidth": _ratio(ours, copy_gbps),
+                "of_bandwidth": _ratio(ours.median, copy_gbps),
             }
         )
     return rows
@@ -96,25 +144,43 @@ def _times(v: float | None) -> str:
     return "-" if v is None else f"{fmt(v)}x"
 
 
-def _peer_text(cell: PeerCell) -> str:
+def _spread_text(low: float, high: float) -> str:
+    return f" [{fmt(low)}-{fmt(high)}]"
+
+
+def _rate_text(rate: float | None, spread: list[float] | None, spreads: bool) -> str:
+    return fmt(rate) + (_spread_text(*spread) if spreads and spread and rate is not None else "")
+
+
+def _peer_text(cell: PeerCell, spreads: bool) -> str:
     if cell["rate"] is not None:
-        return fmt(cell["rate"])
+        return _rate_text(cell["rate"], cell["range"], spreads)
     return "" if cell["note"] == NOT_ASKED else "missing" if cell["note"] == "missing" else "-"
 
 
-def _table(rows: Sequence[Row], runs: Sequence[PeerRun]) -> list[str]:
+def _ratio_text(ratio: Ratio | None, spreads: bool) -> str:
+    """The ratio, `~` before it where its rounds' spread crosses 1.0 (no win either way)."""
+    if ratio is None:
+        return "-"
+    mark = "~" if ratio["level"] else ""
+    return mark + _times(ratio["median"]) + (_spread_text(*ratio["range"]) if spreads else "")
+
+
+def _table(rows: Sequence[Row], runs: Sequence[PeerRun], spreads: bool) -> list[str]:
     titles = [run.peer.title for run in runs]
     head = ["case", "chosen instance", "clforge", "generic", *titles, "unit"]
     head += [f"x{t}" for t in titles] + ["xgeneric", "copy", "of copy"]
     table = [head]
     for r in rows:
-        cells = [_peer_text(r["peers"][run.peer.key]) for run in runs]
+        keys = [run.peer.key for run in runs]
+        cells = [_peer_text(r["peers"][k], spreads) for k in keys]
         ratios = [
-            "" if r["peers"][k]["note"] == NOT_ASKED else _times(r["ratios"][k])
-            for k in (run.peer.key for run in runs)
+            "" if r["peers"][k]["note"] == NOT_ASKED else _ratio_text(r["spreads"][k], spreads)
+            for k in keys
         ]
         of_bw = "" if r["of_bandwidth"] is None else f"{100 * r['of_bandwidth']:.0f}%"
-        ours = [r["label"], r["instance"], fmt(r["clforge"]), fmt(r["generic"])]
+        ours = [r["label"], r["instance"], _rate_text(r["clforge"], r["clforge_range"], spreads)]
+        ours.append(fmt(r["generic"]))
         extra = [_times(r["ratios"]["generic"]), fmt(r["copy"]) if r["copy"] else "", of_bw]
         table.append([*ours, *cells, r["unit"], *ratios, *extra])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
@@ -127,6 +193,35 @@ def _table(rows: Sequence[Row], runs: Sequence[PeerRun]) -> list[str]:
         ).rstrip()
         for row in table
     ]
+
+
+def tally(rows: Sequence[Row], key: str) -> tuple[int, int, int]:
+    """Against one peer: the cases clforge is ahead in, behind in, and level in (the rounds'
+    ratios on both sides of 1.0, or a ratio of exactly 1: no win either way)."""
+    ahead = behind = level = 0
+    for r in rows:
+        ratio = r["spreads"].get(key)
+        if ratio is None:
+            continue
+        if ratio["level"] or ratio["median"] == 1.0:
+            level += 1
+        elif ratio["median"] > 1.0:
+            ahead += 1
+        else:
+            behind += 1
+    return ahead, behind, level
+
+
+def _tallies(rows: Sequence[Row], runs: Sequence[PeerRun]) -> list[str]:
+    out = []
+    for run in runs:
+        ahead, behind, level = tally(rows, run.peer.key)
+        if ahead + behind + level:
+            out.append(
+                f"  x{run.peer.title}: clforge ahead in {ahead} case(s), behind in {behind}, "
+                f"level in {level} (marked ~)"
+            )
+    return out
 
 
 def _notes(rows: Sequence[Row], runs: Sequence[PeerRun]) -> list[str]:
@@ -170,14 +265,21 @@ def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -
         f"  raw pyopencl launch {over['raw_us']:.1f} us, eager ops.add {over['eager_us']:.1f} us,"
         f" ratio {over['ratio']:.2f}x  ({over['instance']})",
         "",
-        f"throughput on device arrays (no transfers), higher is better: each figure the median of "
-        f"{report['rounds']} round(s)",
-        f"(clforge, then each peer in its own process, once per round), each round's the median "
-        f"of {t['repeats']} repeats;",
-        "ratios are clforge's figure over the other's (above 1: clforge is faster); NumPy runs",
-        "a @ b for matmul and gemm and this project's reference implementation for the rest:",
-        *_table(rows, runs),
+        f"throughput on device arrays (no transfers), higher is better: each figure the median "
+        f"of {report['rounds']} round(s), [lowest-highest] beside it;",
+        "in every round each case is timed by clforge, then by each peer in its own process",
+        "(the next round: the peers first, then clforge), each side's figure the median of "
+        f"{t['repeats']} repeats;",
+        "each peer gets the call its users write (the label's shapes and axis). Ratios are",
+        "clforge's figure over the other's (above 1: clforge is faster), the median of the",
+        "rounds' ratios; ~ marks one whose rounds fall on both sides of 1 (level: no win).",
+        "NumPy runs a @ b for matmul and gemm, np.sum/mean/max/argmax, a transpose made",
+        "contiguous, and this project's reference implementation for the rest:",
+        *_table(rows, runs, spreads=report["rounds"] > 1),
     ]
+    tallies = _tallies(rows, runs)
+    if tallies:
+        lines += ["", "wins and losses (a ~ ratio counts as level, not as a win):", *tallies]
     notes = _notes(rows, runs)
     if notes:
         lines += ["", "notes:", *notes]

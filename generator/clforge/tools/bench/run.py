@@ -15,14 +15,14 @@ from typing import Any
 
 from clforge.call.dispatcher import dispatcher
 from clforge.core.tree import DEFAULT
-from clforge.tools.bench import rounds as merge
+from clforge.tools.bench import rounds as sides
 from clforge.tools.bench.bandwidth import Bandwidth, Copier
 from clforge.tools.bench.cases import run_cases
 from clforge.tools.bench.chart import write_chart
 from clforge.tools.bench.clforge_side import Figures, GenericPace, requests, time_case
 from clforge.tools.bench.overhead import bench_first_call, bench_overhead
-from clforge.tools.bench.peers import PEERS, PeerRun, run_peer
-from clforge.tools.bench.protocol import Timing
+from clforge.tools.bench.peers import PEERS, PeerProcess
+from clforge.tools.bench.protocol import Outcome, Timing
 from clforge.tools.bench.report import make_rows, text
 
 
@@ -33,12 +33,12 @@ class Settings:
     first_call_repeats: int
     copy_bytes: int
     generic_budget_s: float  # skip timing a generic predicted to take longer than this
-    peer_timeout_s: float
-    rounds: int  # the throughput bench, every side, this many times (figures: medians)
+    peer_timeout_s: float  # for a peer's answer on one case
+    rounds: int  # every case timed by every side this many times (figures: medians, spreads)
 
 
-FULL = Settings({"repeats": 5, "target_s": 0.05}, (3, 9, 2000), 3, 256 * 2**20, 20.0, 1800.0, 3)
-QUICK = Settings({"repeats": 1, "target_s": 0.002}, (1, 1, 200), 1, 16 * 2**20, 20.0, 900.0, 1)
+FULL = Settings({"repeats": 5, "target_s": 0.05}, (3, 9, 2000), 3, 256 * 2**20, 20.0, 600.0, 3)
+QUICK = Settings({"repeats": 1, "target_s": 0.002}, (1, 1, 200), 1, 16 * 2**20, 20.0, 300.0, 1)
 
 
 def progress(msg: str) -> None:
@@ -81,24 +81,29 @@ def run_bench(
     pace = GenericPace(s.generic_budget_s)
     per_case: list[list[Figures]] = [[] for _ in cases]
     per_copy: list[list[Bandwidth | None]] = [[] for _ in cases]
-    per_peer: list[list[PeerRun]] = [[] for _ in PEERS]
-    for k in range(s.rounds):
-        at = f"round {k + 1}/{s.rounds}: " if s.rounds > 1 else ""
-        for i, (case, req) in enumerate(zip(cases, reqs, strict=True)):
-            progress(f"{at}clforge: {case.title}")
-            per_case[i].append(time_case(d, case, req, s.timing, pace, with_generic=k == 0))
-            # a copy of as many bytes, right after: the same caches and the same neighbours
-            nbytes = round(case.amount() * 1e9)
-            per_copy[i].append(copier.measure(s.timing, nbytes) if case.memory_bound else None)
-        for j, peer in enumerate(PEERS):
-            progress(f"{at}{peer.title}, in its own process")
-            per_peer[j].append(run_peer(peer, reqs, s.timing, s.peer_timeout_s))
-    figures = [merge.figures(f) for f in per_case]
-    copies = [merge.copy(c) for c in per_copy]
-    runs = [merge.peer_run(r) for r in per_peer]
+    processes = [PeerProcess(peer, s.peer_timeout_s) for peer in PEERS]
+    per_peer: list[list[list[Outcome]]] = [[[] for _ in cases] for _ in PEERS]
+
+    def ours(k: int, i: int) -> None:
+        case = cases[i]
+        per_case[i].append(time_case(d, case, reqs[i], s.timing, pace, with_generic=k == 0))
+        # a copy of as many bytes, right after: the same caches and the same neighbours
+        nbytes = round(case.amount() * 1e9)
+        per_copy[i].append(copier.measure(s.timing, nbytes) if case.memory_bound else None)
+
+    def theirs(_: int, i: int) -> None:
+        for j, proc in enumerate(processes):
+            per_peer[j][i].append(proc.ask(reqs[i], s.timing))
+
+    try:
+        sides.interleave(s.rounds, [c.title for c in cases], ours, theirs, progress)
+    finally:
+        for proc in processes:
+            proc.close()
+    runs = [proc.run(outcomes) for proc, outcomes in zip(processes, per_peer, strict=True)]
     progress("first call in fresh processes")
     first = bench_first_call(s.first_call_repeats)
-    rows = make_rows(cases, figures, runs, copies)
+    rows = make_rows(cases, per_case, runs, per_copy)
     report: dict[str, Any] = {
         "commit": commit(DEFAULT.root),
         "device": d.profile.name,
@@ -106,6 +111,7 @@ def run_bench(
         "quick": quick,
         "timing": s.timing,
         "rounds": s.rounds,
+        "round_order": sides.order(s.rounds),
         "peers": {
             run.peer.key: {
                 "title": run.peer.title,
