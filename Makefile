@@ -75,7 +75,7 @@ test: $(OPENCL)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
-# The GPU check kit (README.md, "Checking on a GPU"), tried here so that a lent GPU machine is never
+# The GPU check kit (docs/gpu-check.md), tried here so that a lent GPU machine is never
 # spent on a typo: build the wheelhouse (.gpu-wheels/, from PyPI), then the run step against the
 # local OpenCL device. GPU_CHECK_TESTS is pytest's -k (empty: the whole suite, as on the GPU).
 GPU_CHECK_DEVICE ?= pocl

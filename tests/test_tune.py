@@ -233,10 +233,10 @@ def test_the_plan_covers_channels_last_convs_and_the_layouts_asked_for() -> None
 
 
 def test_every_bench_case_is_tuned_at_its_own_shape_bucket() -> None:
-    """The tuner's default shapes are the benchmarks' (README: "the benchmarks' sizes"): each
-    bench case's op, dtype, layouts, attributes and shape bucket is a job the default plan
-    makes, wherever the case's instance has parameters to tune (attributes aside: entries are
-    keyed by instance and bucket)."""
+    """The tuner's default shapes are the benchmarks' (docs/tuning.md: "the benchmarks'
+    sizes"): each bench case's op, dtype, layouts, attributes and shape bucket is a job the
+    default plan makes, wherever the case's instance has parameters to tune (attributes aside:
+    entries are keyed by instance and bucket)."""
     from clforge.call.binding import bind_dims, resolve_attrs
     from clforge.call.selection import select
     from clforge.device.discovery import default_device

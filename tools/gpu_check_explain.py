@@ -5,8 +5,8 @@ clforge explain ... --json`) and the spec files' documented top-level keys (`op`
 `dtypes`, `call`; an op of a family takes the ones it does not write from
 `specs/families/<family>.yaml`), so it keeps working while the code inside generator/ moves.
 Each call gets representative sizes chosen by the op's calling convention (the sizes of the
-README's benchmark table); an op of a convention this file does not know is explained with
-symbolic dims.
+benchmarks' cases, docs/benchmarks.md); an op of a convention this file does not know is
+explained with symbolic dims.
 
 Writes one JSON file (every call: its command, exit status and `explain --json` output) and one
 text file (a line per call: op, dtype, dims, the chosen instance and why). Exit status 0 when

@@ -30,7 +30,7 @@ from clforge.errors import DeviceError, Diagnostic, Location, SpecError
 
 PROFILES_DIR = DEFAULT.profiles
 HEADER = (
-    '# A clforge device profile: see README.md, "Device profiles".\n'
+    '# A clforge device profile: see docs/devices.md, "Device profiles".\n'
     "# `clforge profile --device <this file>` checks it and prints it back.\n"
 )
 FIELDS = tuple(f.name for f in dataclasses.fields(DeviceProfile))

@@ -193,7 +193,7 @@ def reference_problems(loaded: LoadedSpec, tree: Tree) -> list[Diagnostic]:
                 ("op",),
                 "no-reference",
                 f"op {loaded.spec.op!r} names no NumPy reference, so its kernels cannot be "
-                "verified or tuned; add `reference: module:name` (README, 'Spec format')",
+                "verified or tuned; add `reference: module:name` (docs/spec-format.md)",
             )
         ]
     problem = locate.problem(path, (tree.root,))

@@ -26,7 +26,7 @@ SCHEMA = 1
 CATCH_ALL = "*"
 HEADER = (
     "# clforge tuning database for one device: written by `clforge tune`, merged by\n"
-    '# `clforge tune --merge A B`; see README.md, "Tuning". Edit by hand only to delete\n'
+    '# `clforge tune --merge A B`; see docs/tuning.md. Edit by hand only to delete\n'
     "# entries.\n"
 )
 

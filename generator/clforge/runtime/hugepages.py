@@ -5,7 +5,7 @@ pages misses the TLB every page; in a virtual machine each miss walks two page t
 backs memory with 2 MiB pages where a process asks for them (`madvise(MADV_HUGEPAGE)`, the
 `madvise` setting of /sys/kernel/mm/transparent_hugepage/enabled), as NumPy does for its large
 arrays, but no OpenCL driver asks for its buffers. The middle-axis sum and exp ran faster from
-huge pages on the development machine (PoCL 3.0 in a KVM guest; README, "Huge pages").
+huge pages on the development machine (PoCL 3.0 in a KVM guest; docs/calling.md, "Huge pages").
 
 :class:`AdvisingAllocator` wraps the runtime's pool: the first time the pool hands out a block of
 at least :data:`MIN_BYTES`, the block is mapped (on a CPU device the mapping is the buffer's own

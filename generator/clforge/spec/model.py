@@ -238,8 +238,8 @@ def arch_shorthand(data: Any) -> Any:
 
 class AccuracySpec(_Model):
     """A measured accuracy bound of some of the op's instances against float64, over a dense
-    sweep of inputs (README, 'Accuracy bounds'); the test suite holds the instances to it and
-    docs/ops.md shows it."""
+    sweep of inputs (docs/spec-format.md, 'Accuracy bounds'); the test suite holds the
+    instances to it and docs/ops.md shows it."""
 
     variants: tuple[StrictStr, ...] = Field(min_length=1, description="the variants it holds for")
     dtypes: tuple[DTypeName, ...] = Field(min_length=1, description="the dtypes it holds for")
@@ -298,8 +298,8 @@ class OpSpec(_Model):
     )
     call: ConventionName = Field(
         "direct",
-        description="the Python calling convention of the eager function (README, 'Calling "
-        "conventions'): how arrays of any shape map to the op's dims",
+        description="the Python calling convention of the eager function (docs/calling.md, "
+        "'Calling conventions'): how arrays of any shape map to the op's dims",
     )
     dtypes: tuple[DTypeName, ...] = Field(min_length=1, description="element types the op supports")
     layouts: dict[StrictStr, tuple[LayoutName, ...]] = Field(
