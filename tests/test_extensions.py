@@ -338,3 +338,93 @@ def test_lint_compile_builds_an_extensions_instances() -> None:
     done = clforge("--root", str(EXAMPLE), "lint", "--compile")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout == ""
+
+
+# --- a kernel author's first op: clforge's families, extends: typos ----------------------------
+
+SOFTPLUS_TEMPLATE = """\
+{% import "clforge/_common/macros.cl.j2" as cf with context %}
+{{ cf.header() }}
+{{ cf.signature() }}
+{
+    const int i_ = get_global_id(0);
+    if (i_ >= N) return;
+    const ACC_ v_ = {{ cf.load("x", "i_") }};
+    {{ cf.store("y", "i_", "(v_ > (ACC_)20 ? v_ : log1p(exp(v_)))") }};
+}
+"""
+SOFTPLUS_REFERENCE = """import numpy as np
+
+
+def softplus(inputs, attrs):
+    return {"y": np.logaddexp(0.0, inputs["x"])}
+"""
+
+
+def softplus_extension(root: Path, spec: str) -> Path:
+    """A copy of the example with an op `softplus` of clforge's family `unary`."""
+    ext = shutil.copytree(EXAMPLE, root / "ext", ignore=shutil.ignore_patterns("__pycache__"))
+    (ext / "templates" / "softplus").mkdir()
+    (ext / "templates" / "softplus" / "generic.cl.j2").write_text(SOFTPLUS_TEMPLATE)
+    # a module of its own: swiglu_refs may be imported already, from the example
+    (ext / "softplus_refs.py").write_text(SOFTPLUS_REFERENCE)
+    head = "# yaml-language-server: $schema=schema.json\nop: softplus\n"
+    (ext / "specs" / "softplus.yaml").write_text(
+        head + "reference: softplus_refs:softplus\nfamily: unary\n" + spec
+    )
+    return ext
+
+
+SOFTPLUS_OWN = (
+    "omit_variants: [half, cpu, gpu]\nvariants:\n  generic: {template: softplus/generic.cl.j2}\n"
+)
+
+
+def test_an_extensions_op_may_use_clforges_families(tmp_path: Path) -> None:
+    ext = softplus_extension(tmp_path, SOFTPLUS_OWN)
+    report = lint((), Tree.at(ext), freshness=False)
+    assert report.findings == (), [str(d) for d in report.findings]
+    # inheriting clforge's templates (written for clforge's ops) is refused, saying why
+    (ext / "specs" / "softplus.yaml").write_text(
+        (ext / "specs" / "softplus.yaml").read_text().replace("half, cpu, gpu", "half, gpu")
+    )
+    (finding,) = lint((), Tree.at(ext), freshness=False).findings
+    assert str(finding).startswith("specs/softplus.yaml:4:9: error [family-override] ")
+    assert "family 'unary' is clforge's" in finding.message
+    assert "not its templates" in finding.message and "cpu has none" in finding.message
+    # an unknown family lists clforge's too
+    (ext / "specs" / "softplus.yaml").write_text(
+        (ext / "specs" / "softplus.yaml").read_text().replace("family: unary", "family: unray")
+    )
+    (finding,) = lint((), Tree.at(ext), freshness=False).findings
+    assert finding.rule == "unknown-family" and "did you mean 'unary'?" in finding.message
+    assert "known families: binary, cast" in finding.message
+
+
+@pytest.mark.slow
+def test_an_extensions_op_of_a_clforge_family_generates_and_verifies(tmp_path: Path) -> None:
+    ext = softplus_extension(tmp_path, SOFTPLUS_OWN)
+    done = clforge("generate", cwd=ext)
+    assert done.returncode == 0, done.stderr
+    assert (ext / "swiglu_kernels" / "kernels" / "softplus" / "softplus__generic__f32.cl").is_file()
+    verified = clforge("verify", "--json", cwd=ext)  # the extension's instances only
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    doc = json.loads(verified.stdout)
+    assert doc["tree"] == "swiglu" and {r["tree"] for r in doc["results"]} == {"swiglu"}
+    softplus = {r["instance"]: r["status"] for r in doc["results"] if r["op"] == "softplus"}
+    assert softplus == {f"softplus__generic__{t}": "passed" for t in ("f16", "f32", "f64")} or (
+        softplus
+        == {f"softplus__generic__{t}": "passed" for t in ("f32", "f64")}
+        | {"softplus__generic__f16": "skipped"}
+    )
+
+
+def test_a_typo_in_extends_suggests_the_op_meant(tmp_path: Path) -> None:
+    ext = shutil.copytree(EXAMPLE, tmp_path / "ext")
+    relu = (EXAMPLE / "specs" / "relu.yaml").read_text()
+    (ext / "specs" / "sigmod.yaml").write_text(relu.replace("extends: relu", "extends: sigmod"))
+    (ext / "specs" / "relu.yaml").write_text(relu.replace("extends: relu", "extends: rleu"))
+    report = lint((), Tree.at(ext), freshness=False)
+    found = {str(d).split(" error ")[0]: d.message for d in report.findings}
+    assert "did you mean 'sigmoid'?" in found["specs/sigmod.yaml:3:10:"]
+    assert "did you mean 'relu'?" in found["specs/relu.yaml:3:10:"]  # the file's name

@@ -1,7 +1,11 @@
 """Op families: one body (dims, tensors, dtypes, attrs, variants, ...) shared by several ops.
 
 A family lives in `specs/families/<family>.yaml` and is checked once, as an op named after it:
-a mistake in it is reported there, once, however many ops use it. An op of the family,
+a mistake in it is reported there, once, however many ops use it. An extension's ops may also
+use clforge's own families (those the extension does not define itself): they share the
+family's signature, dtypes, call convention, launch, parameters and requirements, and give each
+variant they keep a template of their own tree (clforge's templates are written for clforge's
+ops: they pick the math by the op's name). An op of the family,
 `specs/<op>.yaml`, names it with `family:`; its other keys replace the family's, `variants:`
 changes the family's variants by name and `omit_variants:` drops some (:mod:`family_model`).
 
@@ -13,6 +17,7 @@ member's file (at the override of that variant, or at `family:`), naming the fam
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from clforge.core.diagnostics import Collector, KeyPath
 from clforge.core.located_yaml import LocList, LocMap, YamlProblem, load_yaml
+from clforge.core.manifest import BUILTIN_NAME
 from clforge.core.tree import DEFAULT, Tree
 from clforge.errors import Diagnostic, Location, Severity
 from clforge.spec.family_model import MEMBER_ONLY, NOT_INHERITED, FamilySpec, MemberSpec
@@ -39,6 +45,7 @@ class FamilyDef:
     name: str
     path: str
     tree: LocMap
+    shared: bool = False  # clforge's own, used by an extension's op
 
     @property
     def variant_names(self) -> list[str]:
@@ -145,7 +152,32 @@ def load_families(specs: Path, tree: Tree = DEFAULT) -> Families:
                 defs[name] = fam
         if found:
             problems[name] = tuple(found)
+    if tree.name != BUILTIN_NAME:  # an extension: clforge's families too, unless its own
+        for name, fam in builtin_families().items():
+            if name not in files:
+                files[name], defs[name] = fam.path, fam
     return Families(tree.rel(specs / FAMILIES), files, defs, problems)
+
+
+_BUILTIN: dict[tuple[tuple[str, int], ...], dict[str, FamilyDef]] = {}
+
+
+def builtin_families() -> Mapping[str, FamilyDef]:
+    """clforge's own valid families, as an extension's ops see them: located by full path (so
+    that what is inherited is told apart from the extension's files), loaded once per version
+    of the files."""
+    files = family_files(DEFAULT.specs)
+    key = tuple((str(f), f.stat().st_mtime_ns) for f in files)
+    if key not in _BUILTIN:
+        defs: dict[str, FamilyDef] = {}
+        for f in files:
+            text, _ = read_spec(f, DEFAULT)
+            fam = check_family_text(text, str(f), DEFAULT)[0] if text is not None else None
+            if fam is not None:  # a broken one is clforge's to fix: its own lint reports it
+                defs[fam.name] = dataclasses.replace(fam, shared=True)
+        _BUILTIN.clear()
+        _BUILTIN[key] = defs
+    return _BUILTIN[key]
 
 
 # --- members ------------------------------------------------------------------------------------
@@ -230,6 +262,8 @@ def _merged_variants(member: LocMap, fam: FamilyDef, col: Collector) -> LocList:
     omit = list(member.get("omit_variants") or ())
     names = fam.variant_names
     listed = f"family {fam.name!r} has {', '.join(names)}"
+    if fam.shared:
+        _own_templates(member, fam, overrides, omit, col)
     for j, name in enumerate(omit):
         if name not in names:
             col.add(
@@ -266,6 +300,32 @@ def _merged_variants(member: LocMap, fam: FamilyDef, col: Collector) -> LocList:
         out.append(_changed(item, overrides[name]) if name in overrides else item)
         out.item_locs.append(loc)
     return out
+
+
+def _own_templates(
+    member: LocMap, fam: FamilyDef, overrides: LocMap, omit: list[str], col: Collector
+) -> None:
+    """An extension's op of one of clforge's families writes a template for every variant it
+    keeps: clforge's templates serve clforge's ops only (they pick the math by the op's name,
+    and import clforge's other templates, which an extension's templates reach under
+    `clforge/`)."""
+    bare = [
+        n
+        for n in fam.variant_names
+        if n not in omit and not (isinstance(overrides.get(n), dict) and "template" in overrides[n])
+    ]
+    if bare:
+        op = member.get("op") if isinstance(member.get("op"), str) else "<op>"
+        col.add(
+            ("family",),
+            "family-override",
+            f"family {fam.name!r} is clforge's ({fam.path}): an extension's op shares its "
+            "signature, dtypes, launch and parameters, but not its templates, which are written "
+            "for clforge's ops; give each variant it keeps a template of this tree "
+            f"(`variants: {{{bare[0]}: {{template: {op}/{bare[0]}.cl.j2}}, ...}}`) or drop it "
+            f"(`omit_variants: [...]`): {', '.join(bare)} {'have' if len(bare) > 1 else 'has'} "
+            "none",
+        )
 
 
 def merge(member: LocMap, fam: FamilyDef, col: Collector) -> LocMap:

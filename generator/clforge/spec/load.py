@@ -283,6 +283,10 @@ def check_text_member(
     if found is None:
         return None, diags
     spec, merged, membership = found
+    col = Collector(path, doc)
+    _check_defined_elsewhere(col, spec.op, tree)
+    if col.diags:
+        return None, col.diags
     return LoadedSpec(path, spec, merged, membership), []
 
 
