@@ -192,3 +192,11 @@ def test_generate_refuses_an_installed_clforges_own_tree(
     assert "installed clforge" in err and "site-packages belongs to the installer" in err
     assert "extension's folder" in err and "--root" in err
     assert main(["schema", "--write"]) == 2
+
+
+def test_an_extension_that_cannot_be_read_is_an_environment_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CLFORGE_PATH", str(tmp_path / "nowhere"))
+    assert main(["list", "relu"]) == 2
+    assert "nowhere is not a folder" in capsys.readouterr().err

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from clforge.core.tree import DEFAULT, Tree
-from clforge.errors import ClforgeError, SpecError, StaleError, UsageError
+from clforge.errors import ClforgeError, ExtensionError, SpecError, StaleError, UsageError
 
 if TYPE_CHECKING:
     from clforge.registry.loader import Registry
@@ -20,8 +20,9 @@ Command = Callable[[argparse.Namespace], int]
 EXIT_CODES = (
     "Exit status: 0 ok; 1 findings or failures (lint findings, failed verification, stale "
     "generated files or tuning entries, a spec that does not load, a call no instance serves, a "
-    "device or profile error); 2 usage errors (a bad option or value, an unknown op, a path "
-    "that does not exist, a tree clforge may not write)."
+    "device or profile error); 2 usage or environment errors (a bad option or value, an unknown "
+    "op, a path that does not exist, a tree clforge may not write, an extension that cannot be "
+    "found or read: CLFORGE_PATH, entry points)."
 )
 JSON_NOTE = (
     "With --json, standard output is one JSON document; its keys are kept across releases "
@@ -633,7 +634,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `clforge ... | head`
         sys.stderr.close()
         return 0
-    except UsageError as exc:
+    except (UsageError, ExtensionError) as exc:
         print(f"clforge: error: {exc}", file=sys.stderr)
         return 2
     except ClforgeError as exc:
