@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 EPILOG = (
     "Exit status: 0 every instance checked passed (skipped ones aside); 1 an instance failed, "
     "or a device error; 2 usage errors (an unknown op, an op with no instance in this tree). "
-    "--json: {version: 1, device, tree (null with --all), passed, failed, skipped, results: "
+    "--json: {version: 1, device, tree (the extension checked; null: every tree), passed, failed, "
+    "skipped, results: "
     "[{instance, op, tree, params: {name: value}, status: passed|failed|skipped|unused, cases "
     "(the cases run), problem (null: none), log (the compiler log of a build failure, else "
     "null)}]}; status unused marks a tunable value no valid parameter set uses (params holds "
