@@ -1,5 +1,6 @@
-"""The ratio table as a PNG: one group of bars per case (clforge over each peer), a line at 1.0
-and a log axis, with the commit and the device in the title (matplotlib, Agg backend)."""
+"""The ratio table as a PNG: one group of bars per case (clforge over each peer, the median of
+the rounds' ratios, with their range as an error bar; pale where that range crosses 1), a line
+at 1.0 and a log axis, with the commit and the device in the title (matplotlib, Agg backend)."""
 
 from __future__ import annotations
 
@@ -24,18 +25,26 @@ def write_chart(
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator
 
-    shown = [(k, t) for k, t in peers if any(r["ratios"].get(k) for r in rows)]
+    shown = [(k, t) for k, t in peers if any(r["spreads"].get(k) for r in rows)]
     if not shown:
         return "no peer gave a figure"
     width = 0.8 / len(shown)
     fig, ax = plt.subplots(figsize=(max(10.0, 0.42 * len(rows) + 2), 6.5), layout="constrained")
     for j, (key, peer) in enumerate(shown):
         offset = (j - (len(shown) - 1) / 2) * width
-        bars = [(i + offset, v) for i, r in enumerate(rows) if (v := r["ratios"].get(key))]
-        xs, ys = [x for x, _ in bars], [v for _, v in bars]
-        # bars grow from the line at 1: up where clforge is faster, down where it is slower
+        spreads = [(i + offset, s) for i, r in enumerate(rows) if (s := r["spreads"].get(key))]
+        xs, ys = [x for x, _ in spreads], [s["median"] for _, s in spreads]
+        # bars grow from the line at 1: up where clforge is faster, down where it is slower;
+        # a ratio whose rounds fall on both sides of 1 (level) is drawn pale
         heights = [y - 1.0 for y in ys]
-        ax.bar(xs, heights, width, bottom=1.0, label=f"x{peer}", color=COLORS.get(key))
+        alphas = [0.35 if s["level"] else 1.0 for _, s in spreads]
+        bars = ax.bar(xs, heights, width, bottom=1.0, label=f"x{peer}", color=COLORS.get(key))
+        for bar, alpha in zip(bars, alphas, strict=True):
+            bar.set_alpha(alpha)
+        # the rounds' range of each ratio
+        low = [y - s["range"][0] for y, (_, s) in zip(ys, spreads, strict=True)]
+        high = [s["range"][1] - y for y, (_, s) in zip(ys, spreads, strict=True)]
+        ax.errorbar(xs, ys, yerr=[low, high], fmt="none", ecolor="black", elinewidth=0.6)
     ax.axhline(1.0, color="black", linewidth=1)
     ax.set_yscale("log")
     ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
@@ -43,7 +52,7 @@ def write_chart(
     ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
     ax.set_xticks(range(len(rows)), [r["label"] for r in rows], rotation=60, ha="right")
     ax.set_xlim(-0.6, len(rows) - 0.4)
-    ax.set_ylabel("clforge speed / peer speed (above 1: clforge faster)")
+    ax.set_ylabel("clforge speed / peer speed (above 1: clforge faster; pale: level)")
     ax.grid(axis="y", which="both", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_title(title, fontsize=11)
