@@ -108,7 +108,12 @@ def test_quick_bench_reports_every_case_and_peer(
         numpy = r["peers"]["numpy"]
         assert (numpy["rate"] is None) == (r["op"] == "gelu"), r["label"]
         if not report["peers"]["onnxruntime"]["available"]:
-            assert r["peers"]["onnxruntime"] == {"rate": None, "range": None, "note": "missing"}
+            assert r["peers"]["onnxruntime"] == {
+                "rate": None,
+                "range": None,
+                "note": "missing",
+                "ways": None,
+            }
         else:
             assert r["peers"]["onnxruntime"]["rate"], r
 
@@ -174,8 +179,17 @@ def test_ratios_are_taken_round_by_round_and_one_that_crosses_1_is_level() -> No
     def peer(i: int, *seconds: float | None) -> PeerRun:
         return PeerRun(PEERS[i], True, "1", None, (tuple({"seconds": s} for s in seconds),))
 
-    # NumPy: 0.5x, 1.5x, 2x by round, level; ORT: 2x, 1.5x, 4x, a win; CLBlast: one round
-    runs = [peer(0, 0.5, 3.0, 2.0), peer(1, 2.0, 3.0, 4.0), peer(2, None, 1.0, None)]
+    # NumPy: 0.5x, 1.5x, 2x by round, level; ORT: 2x, 1.5x, 4x, a win (its fastest of two
+    # ways each round); CLBlast: one round
+    ways = ({"A": 2.0, "B": 5.0}, {"A": 4.0, "B": 3.0}, {"A": 4.0, "B": None})
+    ort = PeerRun(
+        PEERS[1],
+        True,
+        "1",
+        None,
+        (tuple({"seconds": min(v for v in w.values() if v), "ways": w} for w in ways),),
+    )
+    runs = [peer(0, 0.5, 3.0, 2.0), ort, peer(2, None, 1.0, None)]
     (row,) = make_rows([case], [figs], runs, [[None, None, None]])
     assert row["clforge"] == pytest.approx(a)
     assert row["clforge_range"] == pytest.approx([a / 2, a])
@@ -187,6 +201,11 @@ def test_ratios_are_taken_round_by_round_and_one_that_crosses_1_is_level() -> No
     assert numpy["level"] is True
     assert ort["median"] == pytest.approx(2.0) and ort["level"] is False
     assert row["peers"]["numpy"]["rate"] == pytest.approx(a / 2.0)  # its median round
+    assert row["peers"]["numpy"]["ways"] is None
+    assert row["peers"]["onnxruntime"]["ways"] == {
+        "A": pytest.approx([a / 2, a / 4, a / 4]),
+        "B": [pytest.approx(a / 5), pytest.approx(a / 3), None],
+    }
     assert clblast["range"] == pytest.approx([0.5, 0.5]) and clblast["level"] is False
     assert row["ratios"]["numpy"] == pytest.approx(1.5)  # the median of the rounds' ratios
     assert row["generic"] == pytest.approx(a / 9.0)  # the first round's

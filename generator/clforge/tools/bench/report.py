@@ -20,6 +20,8 @@ class PeerCell(TypedDict):
     rate: float | None  # in the case's unit: the median of its rounds
     range: list[float] | None  # [lowest, highest] over the rounds
     note: str | None  # why there is no rate ("missing": the peer is not installed), or how
+    ways: dict[str, list[float | None]] | None  # where the peer has several ways to run the
+    # case (ORT): each way's rate, per round (the fastest counted that round)
 
 
 class Ratio(TypedDict):
@@ -63,12 +65,20 @@ def _range(spread: Spread | None) -> list[float] | None:
     return None if spread is None else [spread.low, spread.high]
 
 
-def _cell(rates: Sequence[float | None], outcomes: Sequence[Outcome]) -> PeerCell:
+def _ways(amount: float, outcomes: Sequence[Outcome]) -> dict[str, list[float | None]] | None:
+    names = list(dict.fromkeys(k for o in outcomes for k in o.get("ways", {})))
+    if not names:
+        return None
+    return {k: [_rate(amount, o.get("ways", {}).get(k)) for o in outcomes] for k in names}
+
+
+def _cell(amount: float, rates: Sequence[float | None], outcomes: Sequence[Outcome]) -> PeerCell:
     spread = Spread.of(rates)
     return {
         "rate": None if spread is None else spread.median,
         "range": _range(spread),
         "note": rounds.note(outcomes),
+        "ways": _ways(amount, outcomes),
     }
 
 
@@ -102,7 +112,7 @@ def make_rows(
         theirs = {
             run.peer.key: [_rate(amount, o["seconds"]) for o in run.outcomes[i]] for run in runs
         }
-        cells = {run.peer.key: _cell(theirs[run.peer.key], run.outcomes[i]) for run in runs}
+        cells = {run.peer.key: _cell(amount, theirs[run.peer.key], run.outcomes[i]) for run in runs}
         spreads = {key: _spread(per_round, rates) for key, rates in theirs.items()}
         ratios = {key: s["median"] if s else None for key, s in spreads.items()}
         ratios["generic"] = _ratio(ours.median, generic)
