@@ -27,7 +27,7 @@ from clforge.tools.bench import rounds
 from clforge.tools.bench.bandwidth import Bandwidth
 from clforge.tools.bench.cases import CASES, Case, run_cases, selected
 from clforge.tools.bench.clforge_side import Figures, GenericPace, requests
-from clforge.tools.bench.peers import NOT_ASKED, PEERS, PeerProcess, PeerRun
+from clforge.tools.bench.peers import NOT_ASKED, PEERS, Peer, PeerProcess, PeerRun
 from clforge.tools.bench.protocol import Request, host_inputs, natural_inputs
 from clforge.tools.bench.report import make_rows, tally
 from clforge.tools.bench.rounds import Spread
@@ -266,6 +266,18 @@ def test_a_peer_process_lives_for_the_run_and_answers_case_by_case(registry: Reg
         clblast.close()
     run = numpy.run([[first[0], again], [first[1]]])
     assert run.available and run.version and run.outcomes[0] == (first[0], again)
+
+
+def test_a_peer_whose_process_fails_is_missing_with_the_reason(registry: Registry) -> None:
+    (req,) = requests(registry, [selected(True)[0]])
+    broken = PeerProcess(Peer("nope", "Nope", "nothing to install"), timeout_s=60)
+    assert broken.ask(req, {"repeats": 1, "target_s": 0.001}) == {
+        "seconds": None,
+        "note": "missing",
+    }
+    run = broken.run([[{"seconds": None, "note": "missing"}]])
+    assert not run.available
+    assert run.status().startswith("Nope: its process failed: usage: python -m"), run.status()
 
 
 # --- the peers' calls, pinned to the cases' labels -----------------------------------------

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import clforge
 from clforge.tools.bench.protocol import Hello, Job, Outcome, Request, Timing, skipped
@@ -71,6 +71,15 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
 
 
+def _parsed(line: str) -> Any:
+    """A protocol line's JSON object, or None if it is none."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 class PeerProcess:
     """A peer's process (:mod:`clforge.tools.bench.worker`), started when first asked and kept
     for the run, so that the bench asks it case by case between clforge's timings of the same
@@ -101,12 +110,16 @@ class PeerProcess:
             return skipped(f"failed: {self._failed('its process ended')}")
         line = self._line()
         if line is None:
-            return skipped(f"failed: {self._failed(f'no answer in {self.timeout_s:.0f} s')}")
-        answer: Outcome = json.loads(line)
-        return answer
+            ended = self._proc.poll()
+            why = f"no answer in {self.timeout_s:.0f} s" if ended is None else "its process ended"
+            return skipped(f"failed: {self._failed(why)}")
+        answer: Outcome | None = _parsed(line)
+        return answer or skipped(f"failed: {self._failed('it answered ' + repr(line[:80]))}")
 
     def _start(self) -> None:
-        # kept open for the life of the process (read back when it fails), closed with it
+        if self._stderr is not None:
+            self._stderr.close()  # the previous process's
+        # kept for the life of the process, read back when it fails
         self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
         self._proc = subprocess.Popen(
             [sys.executable, "-m", WORKER, self.peer.key],
@@ -117,11 +130,12 @@ class PeerProcess:
             env=_env(),
         )
         line = self._line()
-        if line is None:
+        hello: Hello | None = None if line is None else _parsed(line)
+        if hello is None:
             self.hello = {"available": False, "reason": self._failed("its process failed")}
             return
-        self.hello = json.loads(line)
-        if not self.hello["available"]:
+        self.hello = hello
+        if not hello["available"]:
             self.close()
 
     def _line(self) -> str | None:

@@ -35,7 +35,9 @@ def _protocol_out() -> TextIO:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in MODULES:
-        print(f"usage: python -m clforge.tools.bench.worker {{{','.join(MODULES)}}}")
+        print(
+            f"usage: python -m clforge.tools.bench.worker {{{','.join(MODULES)}}}", file=sys.stderr
+        )
         return 2
     out = _protocol_out()
 
