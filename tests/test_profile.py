@@ -212,6 +212,23 @@ def test_live_profile_of_the_pocl_cpu_device(live_device) -> None:
     assert dict(p.raw)["name"] == live_device.name
     assert p.limit("local_mem_bytes") == p.local_mem_bytes
     assert parse_profile(dump_profile(p), "live.yaml") == p
+    # the device model: the ISA is the probe's (what the compiler targets), caches from sysfs
+    from clforge.device.discovery import probe
+    from clforge.device.host import host_cpu
+    from clforge.device.isa import ISAS
+
+    isa = ISAS[probe(live_device).compiled_isa]
+    assert (p.vector_isa, p.vector_bits, p.vector_registers) == (isa.name, isa.bits, isa.registers)
+    host = host_cpu()
+    assert p.cores == host.cores >= 1
+    if host.l1d_bytes:  # sysfs is readable here: its sizes, not OpenCL's
+        assert (p.l1d_bytes, p.l2_bytes, p.l3_bytes) == (
+            host.l1d_bytes,
+            host.l2_bytes,
+            host.l3_bytes,
+        )
+    else:
+        assert p.l3_bytes == live_device.global_mem_cache_size
 
 
 def test_raw_queries_through_ctypes_agree_with_pyopencl(live_device) -> None:
@@ -240,6 +257,17 @@ def test_find_profile_auto_is_the_live_device(live_device) -> None:
 
 def test_the_shipped_profiles() -> None:
     assert shipped_profiles() == ["amd-mi250x", "intel-max-1100", "nvidia-h100", "pocl-cpu"]
+    model = {
+        name: (p.vector_isa, p.vector_registers, p.sub_group_size)
+        for name in shipped_profiles()
+        for p in [load_profile(PROFILES_DIR / f"{name}.yaml")]
+    }
+    assert model == {
+        "amd-mi250x": ("", 0, 64),
+        "intel-max-1100": ("", 0, 16),
+        "nvidia-h100": ("", 0, 32),
+        "pocl-cpu": ("avx512", 32, 0),
+    }
     archs = {name: load_profile(PROFILES_DIR / f"{name}.yaml").arch for name in shipped_profiles()}
     assert archs == {
         "amd-mi250x": "gfx90a",
@@ -279,6 +307,88 @@ def test_round_trip_of_unusual_values() -> None:
     again = parse_profile(text, "odd.yaml")
     assert again == p and again.raw == p.raw
     assert dump_profile(again) == text
+
+
+# a CPU profile as files written before the device model have it: no vector ISA, cores, caches
+OLD_CPU = (
+    "name: Some CPU\nvendor: pocl\ndevice_type: cpu\narch: {arch}\ncompute_units: 4\n"
+    "preferred_vector_widths: {{float: {width}}}\n"
+    "raw: {{device_version: 'OpenCL 3.0 PoCL HSTR: pthread-{triple}-{arch}'}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("arch", "width", "triple", "isa"),
+    [
+        ("znver3", 8, "x86_64-pc-linux-gnu", ("avx2", 256, 16)),  # by the LLVM CPU
+        ("icelake-client", 16, "x86_64-pc-linux-gnu", ("avx512", 512, 32)),
+        ("sandybridge", 8, "x86_64-pc-linux-gnu", ("avx", 256, 16)),
+        ("a64fx", 16, "aarch64-unknown-linux-gnu", ("sve", 512, 32)),
+        ("futurelake", 16, "x86_64-pc-linux-gnu", ("avx512", 512, 32)),  # by the float width
+        ("futurelake", 8, "x86_64-pc-linux-gnu", ("avx2", 256, 16)),
+        ("cortex-x9", 4, "aarch64-unknown-linux-gnu", ("neon", 128, 32)),
+        ("futurelake", 4, "x86_64-pc-linux-gnu", ("sse2", 128, 16)),
+    ],
+)
+def test_a_profile_without_the_device_model_derives_it(
+    arch: str, width: int, triple: str, isa: tuple[str, int, int]
+) -> None:
+    from clforge.device.profile import isa_text
+
+    p = parse_profile(OLD_CPU.format(arch=arch, width=width, triple=triple), "old.yaml")
+    assert (p.vector_isa, p.vector_bits, p.vector_registers) == isa
+    assert p.cores == 4 and (p.l1d_bytes, p.l2_bytes, p.l3_bytes) == (0, 0, 0)  # never guessed
+    assert isa_text(p).endswith(f" ({isa[2]} x {isa[1]}-bit)")
+    assert parse_profile(dump_profile(p), "again.yaml") == p  # written out, it is recorded
+
+
+def test_a_recorded_vector_isa_wins_and_a_gpu_gets_none() -> None:
+    recorded = OLD_CPU.format(arch="znver4", width=16, triple="x86_64") + "vector_isa: avx2\n"
+    assert parse_profile(recorded, "r.yaml").vector_registers == 16  # the probe's word, not arch's
+    gpu = parse_profile("name: G\nvendor: amd\ndevice_type: gpu\n", "g.yaml")
+    assert (gpu.vector_isa, gpu.cores, gpu.sub_group_size) == ("", 0, 0)
+    assert "vector_isa" not in dump_profile(gpu)  # unknown model fields are left out
+
+
+def test_the_device_model_in_one_line() -> None:
+    from clforge.device.profile import model_dict, model_text
+
+    cpu = load_profile(PROFILES_DIR / "pocl-cpu.yaml")
+    assert model_text(cpu).startswith(
+        "cpu: AVX-512 (32 x 512-bit), 2 cores, L1d 48 KiB, L2 1 MiB, L3 32 MiB; preferred vector "
+        "widths char 16, short 16"
+    )
+    gpu = load_profile(PROFILES_DIR / "nvidia-h100.yaml")
+    assert model_text(gpu).startswith(
+        "gpu: 132 compute units, local memory 48 KiB, work-groups up to 1024, sub-group size 32;"
+    )
+    assert model_dict(gpu)["sub_group_size"] == 32 and model_dict(cpu)["vector_bits"] == 512
+
+
+def test_host_caches_and_cores_from_sysfs(tmp_path: Path) -> None:
+    from clforge.device.host import host_cpu
+
+    for cpu, core in (("cpu0", "0"), ("cpu1", "0"), ("cpu2", "1")):  # 2 cores, 3 threads
+        (tmp_path / cpu / "topology").mkdir(parents=True)
+        (tmp_path / cpu / "topology" / "core_id").write_text(core + "\n")
+        (tmp_path / cpu / "topology" / "physical_package_id").write_text("0\n")
+    for i, (level, kind, size) in enumerate(
+        [("1", "Data", "48K"), ("1", "Instruction", "32K"), ("2", "Unified", "2048K"),
+         ("3", "Unified", "32M")]
+    ):  # fmt: skip
+        index = tmp_path / "cpu0" / "cache" / f"index{i}"
+        index.mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (index / name).write_text(value + "\n")
+    got = host_cpu(tmp_path)
+    assert (got.cores, got.l1d_bytes, got.l2_bytes, got.l3_bytes) == (
+        2,
+        48 << 10,
+        2 << 20,
+        32 << 20,
+    )
+    empty = host_cpu(tmp_path / "nothing")  # unreadable: no caches, the OS's CPU count
+    assert (empty.l1d_bytes, empty.l2_bytes, empty.l3_bytes) == (0, 0, 0) and empty.cores >= 1
 
 
 def _diags(tmp_path: Path, text: str) -> tuple[str, list[str]]:
@@ -364,6 +474,18 @@ def test_cli_profile_list_and_print(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profile", "--device", "amd-mi250x"]) == 0
     text = capsys.readouterr().out
     assert text == (PROFILES_DIR / "amd-mi250x.yaml").read_text(encoding="utf-8")
+
+
+def test_cli_profile_refuses_an_unknown_vector_isa(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nvendor: pocl\ndevice_type: cpu\nvector_isa: avx1024\n")
+    assert main(["profile", "--device", str(bad)]) == 1
+    assert capsys.readouterr().err == (
+        f"{bad.as_posix()}:4:13: error [vocabulary] vector_isa: 'avx1024' is not one of '', "
+        "avx512, avx2, avx, sse2, sve, neon\n"
+    )
 
 
 def test_cli_profile_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,12 +4,13 @@ Listing a device is not enough. PoCL 3.0 from PyPI (LLVM 14) lists CPUs newer th
 knows, and then either fails every build ("unknown target CPU 'generic'": Zen 5, recent Xeons)
 or compiles for the nearest CPU it knows: on Zen 4 that is znver3, AVX2 only, on a CPU with
 AVX-512 (half the vector width; some kernels come back from a "successful" build with no kernel
-in them). So the probe builds and runs a tiny kernel, checks its result, and reads which x86
-vector extensions the device's compiler targets (the predefined `__AVX512F__`/`__AVX2__`
-macros); on a CPU device that is compared with the host CPU's flags. The default device is the
-first one, in platform order, that builds for the host's full width; failing that, the first
-that builds at all (with a warning). $CLFORGE_DEVICE picks one by a substring of its platform or
-device name.
+in them). So the probe builds and runs a tiny kernel, checks its result, and reads which vector
+ISA the device's compiler targets (the predefined `__AVX512F__`/`__AVX2__`/... macros, see
+:mod:`clforge.device.isa`); on a CPU device that is compared with the host CPU's flags. The
+probe runs once per device and process; the device's profile reads its ISA from it. The
+default device is the first one, in platform order, that builds for the host's full width;
+failing that, the first that builds at all (with a warning). $CLFORGE_DEVICE picks one by a
+substring of its platform or device name.
 """
 
 from __future__ import annotations
@@ -24,22 +25,15 @@ from pathlib import Path
 import numpy as np
 import pyopencl as cl
 
+from clforge.device.isa import isa_by_code, probe_source
 from clforge.errors import ClforgeWarning, DeviceError
 
 DEVICE_ENV = "CLFORGE_DEVICE"
-_PROBE = """
-__kernel void clforge_probe(__global float* a, __global int* simd_bits) {
+_PROBE = f"""
+__kernel void clforge_probe(__global float* a, __global int* isa) {{
     a[0] = exp(a[1]);
-#if defined(__AVX512F__)
-    simd_bits[0] = 512;
-#elif defined(__AVX2__) || defined(__AVX__)
-    simd_bits[0] = 256;
-#elif defined(__SSE2__)
-    simd_bits[0] = 128;
-#else
-    simd_bits[0] = 0;
-#endif
-}
+{probe_source("isa[0]")}
+}}
 """
 FALLBACK_HINT = (
     "PoCL 3.0 from PyPI cannot build for CPUs that its LLVM 14 does not know (it reports "
@@ -74,6 +68,7 @@ class DeviceStatus:
     problem: str  # first line of the build error, "" when it builds
     compiled_simd: int = 0  # x86 vector bits the device's compiler targets (0: not x86/unknown)
     host_simd: int = 0  # the host CPU's widest, for CPU devices (0: not compared)
+    compiled_isa: str = ""  # the vector ISA it targets (clforge.device.isa.ISAS; "": none known)
 
     @property
     def label(self) -> str:
@@ -112,35 +107,46 @@ def all_devices() -> list[cl.Device]:
 
 
 def _run_probe(device: cl.Device) -> tuple[float, int]:
-    """exp(1) as the device computes it, and the vector bits its compiler targets."""
+    """exp(1) as the device computes it, and the code of the vector ISA its compiler targets."""
     ctx = cl.Context([device])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         kernel = cl.Program(ctx, _PROBE).build().clforge_probe
     queue = cl.CommandQueue(ctx)
     values = np.array([0.0, 1.0], np.float32)
-    bits = np.zeros(1, np.int32)
+    code = np.zeros(1, np.int32)
     rw = cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR
     a = cl.Buffer(ctx, rw, hostbuf=values)
-    b = cl.Buffer(ctx, rw, hostbuf=bits)
+    b = cl.Buffer(ctx, rw, hostbuf=code)
     kernel(queue, (1,), (1,), a, b)
     cl.enqueue_copy(queue, values, a)
-    cl.enqueue_copy(queue, bits, b)
+    cl.enqueue_copy(queue, code, b)
     queue.finish()
-    return float(values[0]), int(bits[0])
+    return float(values[0]), int(code[0])
 
 
+@cache
 def probe(device: cl.Device) -> DeviceStatus:
-    """Build and run a tiny kernel on `device`: does its compiler work, and for which vectors."""
+    """Build and run a tiny kernel on `device`: does its compiler work, and for which vectors
+    (once per device and process)."""
     try:
-        value, bits = _run_probe(device)
+        value, code = _run_probe(device)
     except (cl.Error, cl.RuntimeError, AttributeError) as exc:  # AttributeError: no kernel built
         lines = [ln.strip() for ln in str(exc).splitlines() if "error" in ln.lower()]
         return DeviceStatus(device, False, (lines[-1] if lines else str(exc))[:200])
     if abs(value - np.e) > 1e-5:
         return DeviceStatus(device, False, f"the probe kernel computed exp(1) = {value}")
     host = host_simd_bits() if device.type & cl.device_type.CPU else 0
-    return DeviceStatus(device, True, "", compiled_simd=bits, host_simd=host)
+    isa = isa_by_code(code)
+    x86_bits = isa.bits if isa is not None and isa.family == "x86" else 0
+    return DeviceStatus(
+        device,
+        True,
+        "",
+        compiled_simd=x86_bits,
+        host_simd=host,
+        compiled_isa=isa.name if isa else "",
+    )
 
 
 def survey() -> list[DeviceStatus]:

@@ -8,10 +8,11 @@ device that is not present. The driver strings behind its fields are normalized 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from clforge.core.targets import DEVICE_TYPES, PROFILE_VENDORS
+from clforge.device.isa import ISAS, Derived, derive, describe
 
 __all__ = ["DEVICE_TYPES", "LIMITS", "PROFILE_VENDORS", "DeviceProfile"]
 
@@ -37,6 +38,18 @@ class DeviceProfile:
     driver_version: str = ""
     preferred_vector_widths: tuple[tuple[str, int], ...] = ()  # (float|double|half|int, width)
     subgroups: bool = False
+    # --- the device model: what parameters depend on, beyond the OpenCL limits above ---------
+    # CPU devices: the vector ISA the device's compiler targets (clforge.device.isa.ISAS: avx512,
+    # avx2, avx, sse2, neon, sve; "" where unknown or not a CPU), its width and registers
+    vector_isa: str = ""
+    vector_bits: int = 0
+    vector_registers: int = 0
+    cores: int = 0  # physical cores (0: unknown)
+    l1d_bytes: int = 0  # per core; caches 0 where unknown
+    l2_bytes: int = 0  # per core on CPUs; a GPU's L2
+    l3_bytes: int = 0  # the last level, shared
+    # GPUs: the sub-group (warp, wavefront) size kernels run at (0: unknown)
+    sub_group_size: int = 0
     source: str = ""  # where the figures came from (a live query, a vendor page, clinfo output)
     raw: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # e.g. raw device name
 
@@ -60,14 +73,102 @@ SUBGROUP_EXTENSIONS = ("cl_khr_subgroups", "cl_intel_subgroups")
 SUBGROUP_FEATURE = "__opencl_c_subgroups"  # OpenCL 3.0's optional core subgroups
 
 
+def isa_of(profile: DeviceProfile) -> Derived | None:
+    """The vector ISA of a CPU device: as recorded, else derived from its LLVM CPU or its
+    preferred float width (:func:`clforge.device.isa.derive`); None for GPUs and unknown ones."""
+    if profile.vector_isa:
+        known = ISAS.get(profile.vector_isa)
+        width = 32 * (vector_width(profile, "float") or 0)
+        bits = profile.vector_bits or (known.bits if known else 0) or width
+        regs = profile.vector_registers or (known.registers if known else 0)
+        return Derived(profile.vector_isa, bits, regs, "recorded")
+    triple = dict(profile.raw).get("device_version", "")
+    return derive(profile.device_type, profile.arch, vector_width(profile, "float") or 0, triple)
+
+
+def isa_text(profile: DeviceProfile) -> str:
+    """ "AVX-512 (32 x 512-bit)", or "" where the device has no known vector ISA."""
+    isa = isa_of(profile)
+    return describe(isa.name, isa.bits, isa.registers) if isa else ""
+
+
+def with_model(profile: DeviceProfile) -> DeviceProfile:
+    """`profile` with the device model's fields it lacks derived: the vector ISA (isa_of), and a
+    CPU's cores from its compute units. Caches and sub-group sizes are never guessed."""
+    isa = isa_of(profile)
+    changes: dict[str, Any] = {}
+    if isa is not None:
+        changes |= {"vector_isa": isa.name, "vector_bits": isa.bits}
+        changes["vector_registers"] = isa.registers
+    if profile.device_type == "cpu" and not profile.cores:
+        changes["cores"] = profile.compute_units
+    return replace(profile, **changes)
+
+
+# the device model's fields, as `clforge devices` shows them (and its --json keys)
+MODEL_FIELDS = (
+    "device_type",
+    "vector_isa",
+    "vector_bits",
+    "vector_registers",
+    "cores",
+    "l1d_bytes",
+    "l2_bytes",
+    "l3_bytes",
+    "compute_units",
+    "local_mem_bytes",
+    "max_work_group_size",
+    "sub_group_size",
+)
+
+
+def model_dict(profile: DeviceProfile) -> dict[str, Any]:
+    """The device model's figures (MODEL_FIELDS and the preferred vector widths)."""
+    out = {name: getattr(profile, name) for name in MODEL_FIELDS}
+    out["preferred_vector_widths"] = dict(profile.preferred_vector_widths)
+    return out
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def model_text(profile: DeviceProfile) -> str:
+    """The device model in one line: a CPU's ISA, cores and caches, a GPU's limits; both with
+    the preferred vector widths."""
+    widths = ", ".join(f"{t} {w}" for t, w in profile.preferred_vector_widths)
+    if profile.device_type == "cpu":
+        parts = [isa_text(profile) or "vector ISA unknown"]
+        parts.append(f"{profile.cores or profile.compute_units} cores")
+        for label, size in (
+            ("L1d", profile.l1d_bytes),
+            ("L2", profile.l2_bytes),
+            ("L3", profile.l3_bytes),
+        ):
+            parts.append(f"{label} {_size(size) if size else 'unknown'}")
+    else:
+        parts = [
+            f"{profile.compute_units} compute units",
+            f"local memory {_size(profile.local_mem_bytes)}",
+            f"work-groups up to {profile.max_work_group_size}",
+            f"sub-group size {profile.sub_group_size or 'unknown'}",
+        ]
+    widths = widths or "unknown"
+    return f"{profile.device_type}: {', '.join(parts)}; preferred vector widths {widths}"
+
+
 def vector_width(profile: DeviceProfile, scalar: str) -> int | None:
     """The preferred vector width for `scalar` ("float", ...), or None when the profile lacks it."""
     return dict(profile.preferred_vector_widths).get(scalar)
 
 
 def as_dict(profile: DeviceProfile) -> dict[str, Any]:
-    """The profile as plain data, in the order profile files list it (YAML and JSON output)."""
-    return {
+    """The profile as plain data, in the order profile files list it (YAML and JSON output).
+    The device model's fields are left out where unknown (0 or empty), as they load."""
+    out = {
         "name": profile.name,
         "vendor": profile.vendor,
         "device_type": profile.device_type,
@@ -79,8 +180,32 @@ def as_dict(profile: DeviceProfile) -> dict[str, Any]:
         "local_mem_bytes": profile.local_mem_bytes,
         "local_mem_type": profile.local_mem_type,
         "subgroups": profile.subgroups,
+        "sub_group_size": profile.sub_group_size,
+        "vector_isa": profile.vector_isa,
+        "vector_bits": profile.vector_bits,
+        "vector_registers": profile.vector_registers,
+        "cores": profile.cores,
+        "l1d_bytes": profile.l1d_bytes,
+        "l2_bytes": profile.l2_bytes,
+        "l3_bytes": profile.l3_bytes,
         "preferred_vector_widths": dict(profile.preferred_vector_widths),
         "extensions": list(profile.extensions),
         "source": profile.source,
         "raw": dict(profile.raw),
     }
+    return {k: v for k, v in out.items() if k not in _MODEL_ONLY or v}
+
+
+# the fields that only the device model has (the rest are OpenCL's own queries)
+_MODEL_ONLY = frozenset(
+    (
+        "sub_group_size",
+        "vector_isa",
+        "vector_bits",
+        "vector_registers",
+        "cores",
+        "l1d_bytes",
+        "l2_bytes",
+        "l3_bytes",
+    )
+)

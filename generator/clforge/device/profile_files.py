@@ -18,6 +18,7 @@ import yaml
 from clforge.core.diagnostics import Collector
 from clforge.core.located_yaml import LocList, LocMap, YamlProblem, load_yaml
 from clforge.core.tree import DEFAULT
+from clforge.device.isa import ISAS
 from clforge.device.profile import (
     DEVICE_TYPES,
     LOCAL_MEM_TYPES,
@@ -25,6 +26,7 @@ from clforge.device.profile import (
     VECTOR_TYPES,
     DeviceProfile,
     as_dict,
+    with_model,
 )
 from clforge.errors import DeviceError, Diagnostic, Location, SpecError
 
@@ -82,7 +84,8 @@ class _Checker(Collector):
     def choice(self, key: str, options: tuple[str, ...]) -> Any:
         value = self.string(key)
         if isinstance(value, str) and value not in options:
-            self.add((key,), "vocabulary", f"{key}: {value!r} is not one of {', '.join(options)}")
+            shown = ", ".join(o or "''" for o in options)
+            self.add((key,), "vocabulary", f"{key}: {value!r} is not one of {shown}")
             return None
         return value
 
@@ -213,13 +216,23 @@ def parse_profile(text: str, path: str) -> DeviceProfile:
         "driver_version": lambda: check.string("driver_version"),
         "preferred_vector_widths": check.widths,
         "subgroups": lambda: check.boolean("subgroups"),
+        "sub_group_size": lambda: check.integer("sub_group_size", 0),
+        "vector_isa": lambda: check.choice("vector_isa", ("", *ISAS)),
+        "vector_bits": lambda: check.integer("vector_bits", 0),
+        "vector_registers": lambda: check.integer("vector_registers", 0),
+        "cores": lambda: check.integer("cores", 0),
+        "l1d_bytes": lambda: check.integer("l1d_bytes", 0),
+        "l2_bytes": lambda: check.integer("l2_bytes", 0),
+        "l3_bytes": lambda: check.integer("l3_bytes", 0),
         "source": lambda: check.string("source"),
         "raw": check.raw,
     }
     values = {key: read() for key, read in readers.items() if key in tree}
     if check.diags:
         raise SpecError(check.diags)
-    return DeviceProfile(**values)
+    # the device model's fields a file leaves out (an older profile) are derived, as for a live
+    # device: the vector ISA from the LLVM CPU or the preferred float width, a CPU's cores
+    return with_model(DeviceProfile(**values))
 
 
 def load_profile(path: str | Path) -> DeviceProfile:

@@ -9,11 +9,14 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from clforge.device.host import host_cpu
+from clforge.device.isa import ISAS
 from clforge.device.profile import (
     SUBGROUP_EXTENSIONS,
     SUBGROUP_FEATURE,
     VECTOR_TYPES,
     DeviceProfile,
+    with_model,
 )
 from clforge.device.vendors import (
     intel_gpu_arch,
@@ -34,6 +37,9 @@ CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV = 0x4000
 CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV = 0x4001
 CL_DEVICE_BOARD_NAME_AMD = 0x4038
 CL_DEVICE_IP_VERSION_INTEL = 0x4250
+CL_DEVICE_WARP_SIZE_NV = 0x4003
+CL_DEVICE_WAVEFRONT_WIDTH_AMD = 0x4043
+CL_DEVICE_SUB_GROUP_SIZES_INTEL = 0x4108
 
 
 @cache
@@ -84,6 +90,22 @@ def query_uint(dev: cl.Device, param: int) -> int | None:
     return int(out.value) if status == 0 else None
 
 
+def query_sizes(dev: cl.Device, param: int) -> list[int]:
+    """A size_t[] device query by its raw number through clGetDeviceInfo ([] when the device
+    does not answer it)."""
+    lib = _opencl_library()
+    if lib is None:
+        return []
+    size = ctypes.c_size_t(0)
+    device = ctypes.c_void_p(dev.int_ptr)
+    if lib.clGetDeviceInfo(device, param, 0, None, ctypes.byref(size)) != 0 or not size.value:
+        return []
+    values = (ctypes.c_size_t * (size.value // ctypes.sizeof(ctypes.c_size_t)))()
+    if lib.clGetDeviceInfo(device, param, size.value, values, None) != 0:
+        return []
+    return [int(v) for v in values]
+
+
 def _query_str(dev: cl.Device, param: int) -> str:
     import pyopencl as cl
 
@@ -123,6 +145,38 @@ def _features(dev: cl.Device) -> tuple[str, ...]:
         return tuple(f.name for f in dev.opencl_c_features)
     except (cl.Error, AttributeError):  # before OpenCL 3.0 (or pyopencl 2022) no such query
         return ()
+
+
+def _sub_group_size(dev: cl.Device, extensions: tuple[str, ...]) -> int:
+    """A GPU's warp (NVIDIA) or wavefront (AMD) width, or the smallest sub-group size an Intel
+    GPU lists (the width every kernel can count on); 0 where the driver says none of these."""
+    if "cl_nv_device_attribute_query" in extensions:
+        return query_uint(dev, CL_DEVICE_WARP_SIZE_NV) or 0
+    if "cl_amd_device_attribute_query" in extensions:
+        return query_uint(dev, CL_DEVICE_WAVEFRONT_WIDTH_AMD) or 0
+    if "cl_intel_required_subgroup_size" in extensions:
+        return min(query_sizes(dev, CL_DEVICE_SUB_GROUP_SIZES_INTEL), default=0)
+    return 0
+
+
+def _cpu_model(dev: cl.Device) -> dict[str, Any]:
+    """A CPU device's model: the vector ISA its compiler targets (the probe's, read once per
+    device), the host's cores and caches (sysfs), else OpenCL's cache query, which PoCL answers
+    with the last level's size."""
+    from clforge.device.discovery import probe
+
+    out: dict[str, Any] = {}
+    isa = ISAS.get(probe(dev).compiled_isa)
+    if isa is not None:
+        widths = int(cast(int, dev.preferred_vector_width_float))
+        out |= {"vector_isa": isa.name, "vector_bits": isa.bits or 32 * widths}
+        out["vector_registers"] = isa.registers
+    host = host_cpu()
+    out |= {"cores": host.cores, "l1d_bytes": host.l1d_bytes, "l2_bytes": host.l2_bytes}
+    out["l3_bytes"] = host.l3_bytes
+    if not (host.l1d_bytes or host.l2_bytes or host.l3_bytes):
+        out["l3_bytes"] = int(dev.global_mem_cache_size)
+    return out
 
 
 def from_device(dev: cl.Device) -> DeviceProfile:
@@ -181,7 +235,14 @@ def _read(dev: cl.Device) -> DeviceProfile:
     subgroups = any(e in extensions for e in SUBGROUP_EXTENSIONS) or (
         SUBGROUP_FEATURE in _features(dev)
     )
-    return DeviceProfile(
+    if device_type == "cpu":
+        model = _cpu_model(dev)
+    else:
+        model = {
+            "l2_bytes": int(dev.global_mem_cache_size),
+            "sub_group_size": _sub_group_size(dev, extensions),
+        }
+    profile = DeviceProfile(
         name=name,
         vendor=normalize_vendor(vendor_string, platform.name, raw_name),
         device_type=device_type,
@@ -199,4 +260,6 @@ def _read(dev: cl.Device) -> DeviceProfile:
             f"live query via pyopencl on {one_line(platform.name)} {one_line(platform.version)}"
         ),
         raw=tuple(sorted(raw.items())),
+        **model,
     )
+    return with_model(profile)

@@ -15,7 +15,7 @@ from functools import cache
 
 from clforge.core import expressions
 from clforge.core.dtypes import DTYPES
-from clforge.device.profile import DeviceProfile
+from clforge.device.profile import DeviceProfile, isa_of
 from clforge.errors import CallError
 from clforge.params.database import (
     CATCH_ALL,
@@ -211,9 +211,18 @@ def _file_name(f: TuningFile) -> str:
 
 def device_properties(profile: DeviceProfile, dtype: str) -> dict[str, int]:
     """What device_params expressions may read (spec.model.DEVICE_PROPERTIES), for an instance
-    of `dtype`."""
+    of `dtype`. A device whose vector ISA is unknown (GPUs too) reads 16 vector registers, the
+    fewest any current CPU ISA has; unknown sizes read 0."""
     widths = dict(profile.preferred_vector_widths)
+    isa = isa_of(profile)
     return {
+        "vector_registers": isa.registers if isa else 16,
+        "vector_bits": isa.bits if isa else 32 * widths.get("float", 1),
+        "cores": profile.cores or profile.compute_units,
+        "l1d_bytes": profile.l1d_bytes,
+        "l2_bytes": profile.l2_bytes,
+        "l3_bytes": profile.l3_bytes,
+        "sub_group_size": profile.sub_group_size,
         "vector_width": widths.get(DTYPES[dtype].cl, 1),
         "vector_width_float": widths.get("float", 1),
         "vector_width_double": widths.get("double", 1),

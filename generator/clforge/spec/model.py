@@ -137,6 +137,15 @@ DEVICE_PROPERTIES = (
     "compute_units",
     "max_work_group_size",
     "local_mem_bytes",
+    # the device model (clforge.device.profile): a CPU's vector ISA, cores and caches, a GPU's
+    # sub-group size
+    "vector_registers",
+    "vector_bits",
+    "cores",
+    "l1d_bytes",
+    "l2_bytes",
+    "l3_bytes",
+    "sub_group_size",
 )
 
 

@@ -236,10 +236,20 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
+    import contextlib
+
     from clforge.device.discovery import FALLBACK_HINT, survey
+    from clforge.device.profile import MODEL_FIELDS, model_dict, model_text
+    from clforge.device.query import from_device
+    from clforge.errors import DeviceError
 
     statuses = survey()
+    models = {}
+    for s in statuses:
+        with contextlib.suppress(DeviceError):  # a driver that does not answer: no model
+            models[s.device.int_ptr] = from_device(s.device)
     if args.json:
+        empty = dict.fromkeys((*MODEL_FIELDS, "preferred_vector_widths"))
         doc = {
             "version": 1,
             "devices": [
@@ -253,6 +263,11 @@ def cmd_devices(args: argparse.Namespace) -> int:
                     "compiled_simd_bits": s.compiled_simd or None,
                     "host_simd_bits": s.host_simd or None,
                     "verdict": s.verdict,
+                    **(
+                        model_dict(models[s.device.int_ptr])
+                        if s.device.int_ptr in models
+                        else empty
+                    ),
                 }
                 for s in statuses
             ],
@@ -263,6 +278,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
     else:
         for s in statuses:
             print(f"{s.label}: {s.verdict}")
+            if s.device.int_ptr in models:
+                print(f"  {model_text(models[s.device.int_ptr])}")
     if not any(s.builds for s in statuses):
         print(f"clforge: no OpenCL device can build kernels. {FALLBACK_HINT}", file=sys.stderr)
         return 1 if args.check or args.check_full else 0
@@ -552,8 +569,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 listed (with --check: a device builds kernels); 1 with --check "
         "(--check-full) when none does (fully); 2 usage errors. --json: {version: 1, devices: "
         "[{platform, platform_version, name, builds, builds_fully, problem (null: none), "
-        "compiled_simd_bits, host_simd_bits (null: not compared), verdict}], builds, "
-        "builds_fully}. " + JSON_NOTE,
+        "compiled_simd_bits, host_simd_bits (null: not compared), verdict, and the device "
+        "model (null where the driver does not answer): device_type, vector_isa (avx512, avx2, "
+        "avx, sse2, neon, sve; empty: not a CPU, or unknown), vector_bits, vector_registers, "
+        "cores, l1d_bytes, l2_bytes, l3_bytes (0: unknown), compute_units, local_mem_bytes, "
+        "max_work_group_size, sub_group_size (0: unknown), preferred_vector_widths {type: "
+        "width}}], builds, builds_fully}. " + JSON_NOTE,
     )
     dv.add_argument("--json", action="store_true", help="machine-readable output (see below)")
     dv.add_argument("--check", action="store_true", help="exit 1 when no device builds kernels")
