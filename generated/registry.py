@@ -17997,7 +17997,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='23d32e0e7219239178b0d2660e3aa8be121c26dde3ab9cba7ba460649be9d885',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -18732,7 +18739,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='711a47cb37320e112810d1f1cad341a8d7bc2da73ce1466da23947ed6112ee80',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -19467,7 +19481,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='60ff960c48124e3c99527f69b8200d1944be43efc1411365e4581a6f5c98f75e',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -20202,7 +20223,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='10a457d513a2a880e6b7b31c23a46d8d57d79cbcf09185d86208087814c42054',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -20937,7 +20965,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='7185baf84a8bdfc2bcc0e68fc5cee6017627b1fb78d6bc17f617ca2dadd34bd5',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -21503,7 +21538,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='8beb20dcff058b8114c77a43addca0b580dcb12f9c1dfa97c037cebb06b6ead9',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -22069,7 +22111,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='3cfe32db764170854273718bd6bd6e4578ad6b91a8b654a2f0602b42c354504f',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -22635,7 +22684,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='22c4c76ea0509e32e4cb0e0ce45249c27809bbe9a8617f8ed240e7e52d6392a1',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -23201,7 +23257,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='c2841feee01a32eb4022ae5c8bb39ea47f518f6f0fd3d99f8fa0f1759485075f',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -23767,7 +23830,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='4acc810bea24d7b13f6b4f7bfadf61b2a823c6c11870c4934df3671494c6cde2',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -24333,7 +24403,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='966856770018e097ae3e14ca8613ad27b545f82c6af78830544649ed4fb853c8',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -24899,7 +24976,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='64e1b23254d8b2203c0a4d2389815f4ada81cc8199b4f11ecc2b320d74875c10',
         templates_sha='61722450b3b8f6c453d33e44c026ba510c0f72eee56634a9ba0b2f22199071f2',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -25461,7 +25545,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='1906f5dddd05b1f12c88b537aa2edcaf886f32955feb10469fd8387697b1c82e',
         templates_sha='0ae7bc44577ceac8367ab133e299c60e857dca838f5d3a60a2db7c484a241525',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -34997,7 +35088,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='e6250aaa4d73b56a157034d0f6c057b6326caec94b2a6a74e7037d0b2bea171b',
         templates_sha='7c231bf695b2dcdc0be378b5e63064255c00c4a2e5973f7c090a3ac50fbf54bd',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -35369,7 +35467,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='31a8756406e22724e3ad373d2ee6491ae3a47e05a044a71b5af59da2a56efda3',
         templates_sha='7c231bf695b2dcdc0be378b5e63064255c00c4a2e5973f7c090a3ac50fbf54bd',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -35741,7 +35846,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='dd47a144482676dc4143b3ca19cbea4ec227f72fa887406976dfadf6643796d1',
         templates_sha='7c231bf695b2dcdc0be378b5e63064255c00c4a2e5973f7c090a3ac50fbf54bd',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -36113,7 +36225,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='457fc92ad0ff72caaddbf5ca2bc7406bd8b5392214aa86f56ea8d5c16a1be1ca',
         templates_sha='7c231bf695b2dcdc0be378b5e63064255c00c4a2e5973f7c090a3ac50fbf54bd',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -36490,7 +36609,14 @@ INSTANCES: dict[str, Instance] = {
             ('NR', (32, 48, 64)),
             ('VW', (8, 16)),
         ),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -36867,7 +36993,14 @@ INSTANCES: dict[str, Instance] = {
             ('NR', (32, 48, 64)),
             ('VW', (8, 16)),
         ),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -37244,7 +37377,14 @@ INSTANCES: dict[str, Instance] = {
             ('NR', (32, 48, 64)),
             ('VW', (8, 16)),
         ),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -37621,7 +37761,14 @@ INSTANCES: dict[str, Instance] = {
             ('NR', (32, 48, 64)),
             ('VW', (8, 16)),
         ),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -44477,7 +44624,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='a47ef8bb82244bf9cbfb1603f8cbfac781003c3bd3cbf12a973aafc89bcfb176',
         templates_sha='7c231bf695b2dcdc0be378b5e63064255c00c4a2e5973f7c090a3ac50fbf54bd',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -44833,7 +44987,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='23c24701bf65b49f78372f47a72fdc4ad5d8e07077ffc467fe99c0c9d6c292fe',
         templates_sha='7c231bf695b2dcdc0be378b5e63064255c00c4a2e5973f7c090a3ac50fbf54bd',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -45189,7 +45350,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='53a623fef28173d21b26515c5d507d1dead070f68078801cc7c575cab16a1d33',
         templates_sha='7c231bf695b2dcdc0be378b5e63064255c00c4a2e5973f7c090a3ac50fbf54bd',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -45545,7 +45713,14 @@ INSTANCES: dict[str, Instance] = {
         sha256='1cf0f22732d1cd113ea4ef04c9129c2a308dd3913f6e2a12a330f023b804a4a2',
         templates_sha='7c231bf695b2dcdc0be378b5e63064255c00c4a2e5973f7c090a3ac50fbf54bd',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
-        device_params=(('NR', '4 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_double * (vector_registers / 8)'),
+            ('VW', 'vector_width_double'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -45906,7 +46081,14 @@ INSTANCES: dict[str, Instance] = {
             ('NR', (32, 48, 64)),
             ('VW', (8, 16)),
         ),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -46267,7 +46449,14 @@ INSTANCES: dict[str, Instance] = {
             ('NR', (32, 48, 64)),
             ('VW', (8, 16)),
         ),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -46628,7 +46817,14 @@ INSTANCES: dict[str, Instance] = {
             ('NR', (32, 48, 64)),
             ('VW', (8, 16)),
         ),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
@@ -46989,7 +47185,14 @@ INSTANCES: dict[str, Instance] = {
             ('NR', (32, 48, 64)),
             ('VW', (8, 16)),
         ),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+            ),
+            ('NR', 'vector_width_float * (vector_registers / 8)'),
+            ('VW', 'vector_width_float'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',

@@ -134,7 +134,8 @@ def test_every_level_of_the_fallback_chain() -> None:
 
     assert origin((*files, exact)) == (65536, "tuned on this device")
     assert origin(files) == (1024, "tuned on the same architecture")
-    assert origin(files[:2]) == (16384, "tuned on another device of this vendor and type")
+    nearest = "tuned on the nearest device of this vendor, type and vector ISA"
+    assert origin(files[:2]) == (16384, nearest)
     computed = "computed from the device's properties; nothing tuned applies"
     assert origin(files[:1]) == (4096, computed)  # relu's VW: the device's vector width
     summing = REG.instance("sum__cpu__f32")  # no device_params: the spec's own defaults
@@ -143,12 +144,14 @@ def test_every_level_of_the_fallback_chain() -> None:
         ParamSpace(summing).defaults,
         "spec default; nothing tuned applies",
     )
-    # a variant with device_params: computed from the device where nothing tuned applies
+    # a variant with device_params: computed from the device where nothing tuned applies, the
+    # packed block from the registers (6 x 4 vectors of 16 on AVX-512, 6 x 2 of 8 on AVX2)
     packed = REG.instance("matmul__cpu_packed__f32__a_row__b_row")
     avx2 = dataclasses.replace(CPU, preferred_vector_widths=(("float", 8), ("double", 4)))
-    c = ParamLookup(avx2, ()).choose(packed, {"M": 99})
-    assert (dict(c.params)["VW"], dict(c.params)["NR"]) == (8, 32)
-    assert c.origin.startswith("computed from the device's properties")
+    for profile, block in [(avx2, (6, 16, 8)), (CPU, (6, 64, 16))]:
+        c = ParamLookup(profile, ()).choose(packed, {"M": 99})
+        assert (dict(c.params)["MR"], dict(c.params)["NR"], dict(c.params)["VW"]) == block
+        assert c.origin.startswith("computed from the device's properties")
     # the direct matmul's block from the vector width: 8 x 2 vectors of 16 on AVX-512 (f64:
     # 8 x 2 of 8), 4 x 2 of 8 on AVX2 (16 registers)
     for name, profile, block in [
@@ -173,6 +176,141 @@ def test_every_level_of_the_fallback_chain() -> None:
     lookup = ParamLookup(CPU, (stale,))
     assert lookup.choose(inst, dims).origin == computed
     assert lookup.stale == {(Fingerprint.of(CPU).slug, inst.name)}
+
+
+# --- the chain across vector ISAs -------------------------------------------------------------
+
+# Synthetic CPUs of PoCL, by their LLVM CPU target: their vector ISAs follow from it
+ZEN3 = dataclasses.replace(
+    CPU,
+    name="AMD EPYC 7B13",
+    arch="znver3",
+    driver_version="3.0-rc2",
+    preferred_vector_widths=(("float", 8), ("double", 4), ("half", 0)),
+)
+ZEN4 = dataclasses.replace(CPU, name="AMD EPYC 9B14", arch="znver4", driver_version="3.0-rc2")
+SHIPPED = load_folder(DEFAULT.tuning)
+PACKED = "matmul__cpu_packed__f32__a_row__b_row"
+MM = {"BATCH": 1, "M": 1024, "N": 1024, "K": 1024, "BA": 1, "BB": 1}
+
+
+def _registers(params: dict[str, int]) -> int:
+    """The vector registers a packed block holds: MR x NR/VW accumulators and NR/VW of b."""
+    return params["MR"] * (params["NR"] // params["VW"]) + params["NR"] // params["VW"]
+
+
+def test_the_shipped_files_are_avx512_by_what_they_record() -> None:
+    """Neither shipped file records its ISA: both are derived as AVX-512 from their LLVM targets
+    (icelake-client, skylake-avx512), and the names (digests) stay those of the files."""
+    assert len(SHIPPED) == 2
+    for f in SHIPPED:
+        assert f.device.isa() == ("avx512", 512, 32)
+        assert f.device.isa_text == "AVX-512 (32 x 512-bit)"
+        assert f.path is not None and f.path.stem == f.device.slug
+        assert "vector_isa" not in f.path.read_text(encoding="utf-8")
+        again = parse(f.text(), "again.yaml").device  # written with the ISA, read back equal
+        assert again == f.device and again.slug == f.device.slug
+    # a file whose ISA is not derivable and a device whose ISA is unknown borrow nothing
+    blank = Fingerprint.of(dataclasses.replace(CPU, arch="mystery", preferred_vector_widths=()))
+    assert blank.isa() == ("", 0, 0) and blank.level(blank) == 0
+    assert blank.pass_reason(blank) == "no known vector ISA vs this device's no known vector ISA"
+
+
+def test_an_avx2_device_borrows_nothing_from_avx512_files() -> None:
+    lookup = ParamLookup(ZEN3, SHIPPED)
+    c = lookup.choose(REG.instance(PACKED), MM)
+    assert c.entry is None and c.origin.startswith("computed from the device's properties")
+    assert _registers(dict(c.params)) <= 16 - 2, c.describe()
+    why = "AVX-512 (32 x 512-bit) vs this device's AVX2 (16 x 256-bit)"
+    assert lookup.passed == tuple((f.path.name, why) for f in SHIPPED)  # type: ignore[union-attr]
+    assert lookup.passed_over()[0] == f"{SHIPPED[0].path.name}: {why}: not borrowed"  # type: ignore[union-attr]
+    # nor the crossovers measured there: no times at this shape or the nearest
+    names = [PACKED, "matmul__cpu_blocked__f32__a_row__b_row"]
+    assert lookup.times(REG.instances, names, MM).times == {}
+    # every instance either tuned file holds: nothing served from them
+    for inst in {e.instance for f in SHIPPED for e in f.entries}:
+        assert lookup.choose(REG.instance(inst), MM).entry is None, inst
+
+
+def test_an_avx512_device_borrows_nothing_from_avx2_files() -> None:
+    """The reverse: an AVX2 device's file (the Zen 3's, entries at every shipped key) serves
+    no AVX-512 device, which gets its own computed block (32 registers)."""
+    avx2_file = TuningFile(Fingerprint.of(ZEN3), tuple(e for f in SHIPPED[:1] for e in f.entries))
+    lookup = ParamLookup(ZEN4, (avx2_file,))
+    c = lookup.choose(REG.instance(PACKED), MM)
+    assert c.entry is None and dict(c.params) == {"KB": 256, "MR": 6, "NR": 64, "VW": 16}
+    assert 16 < _registers(dict(c.params)) <= 32 - 2
+    assert lookup.passed == (
+        (avx2_file.device.slug, "AVX2 (16 x 256-bit) vs this device's AVX-512 (32 x 512-bit)"),
+    )
+    # the same file, recorded as an AVX-512 one, would have served
+    recorded = dataclasses.replace(
+        avx2_file.device, vector_isa="avx512", vector_bits=512, vector_registers=32
+    )
+    same_isa = TuningFile(recorded, avx2_file.entries)
+    assert ParamLookup(ZEN4, (same_isa,)).choose(REG.instance(PACKED), MM).entry is not None
+
+
+def test_the_nearest_device_of_the_same_isa_serves_beyond_the_architecture() -> None:
+    """A Zen 4 (AVX-512, znver4) has no file of its own or of its architecture: both shipped
+    files are AVX-512 ones of its vendor (PoCL), and the nearer by the documented similarity
+    serves: the same driver version first (the Xeon's PyPI PoCL 3.0-rc2, not Debian's 3.1)."""
+    lookup = ParamLookup(ZEN4, SHIPPED)
+    assert lookup.passed == ()
+    c = lookup.choose(REG.instance(PACKED), MM)
+    assert c.origin.startswith("tuned on the nearest device of this vendor, type and vector ISA")
+    assert c.file == "pocl-icelake-client-07c8ba99.yaml"
+    debian = dataclasses.replace(ZEN4, driver_version="3.1+debian")
+    assert ParamLookup(debian, SHIPPED).choose(REG.instance(PACKED), MM).file == (
+        "pocl-skylake-avx512-22ac387f.yaml"
+    )
+    # then the nearest compute unit count (log2 ratio), files in the given order on a tie
+    me = Fingerprint.of(ZEN4)
+    near, far = (
+        Fingerprint.of(dataclasses.replace(ZEN4, name=n, arch="sapphirerapids", compute_units=u))
+        for n, u in (("near", 4), ("far", 64))
+    )
+    assert me.level(near) == me.level(far) == 1 and me.similarity(near) > me.similarity(far)
+    files = tuple(TuningFile(fp, SHIPPED[0].entries) for fp in (far, near))
+    assert ParamLookup(ZEN4, files).choose(REG.instance(PACKED), MM).file == near.slug
+
+
+def test_explain_says_which_files_were_passed_over_and_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`clforge explain` on a synthetic AVX2 profile (a file that does not record its ISA:
+    derived from znver3): computed parameters that fit 16 registers, and each AVX-512 file named
+    with the reason it was not borrowed."""
+    import json
+
+    from clforge.device.profile_files import dump_profile
+    from clforge.tools.cli import main
+
+    bare = dataclasses.replace(ZEN3, vector_isa="", vector_bits=0, vector_registers=0)
+    path = tmp_path / "zen3.yaml"
+    path.write_text(dump_profile(bare), encoding="utf-8")
+    assert "vector_isa" not in path.read_text(encoding="utf-8")
+    dims = ",".join(f"{k}={v}" for k, v in MM.items())
+    assert main(["explain", "matmul", "--dims", dims, "--device", str(path)]) == 0
+    out = capsys.readouterr().out
+    why = "AVX-512 (32 x 512-bit) vs this device's AVX2 (16 x 256-bit): not borrowed"
+    for f in SHIPPED:
+        assert f"  tuning file passed over: {f.path.name}: {why}" in out  # type: ignore[union-attr]
+    assert "computed from the device's properties" in out and "tuned on" not in out
+    assert main(["explain", "matmul", "--dims", dims, "--device", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["device_isa"] == "AVX2 (16 x 256-bit)"
+    passed = {p["file"]: p["reason"] for p in doc["tuning_passed_over"]}
+    assert all(passed[f.path.name] == why[: -len(": not borrowed")] for f in SHIPPED)  # type: ignore[union-attr]
+    if doc["params"].keys() >= {"MR", "NR", "VW"}:  # the packed routine: its block's registers
+        assert _registers(doc["params"]) <= 16 - 2
+    # the same device as AVX-512 (its float width 16, LLVM CPU znver4): a file serves
+    zen4 = tmp_path / "zen4.yaml"
+    zen4.write_text(dump_profile(ZEN4), encoding="utf-8")
+    assert main(["explain", "matmul", "--dims", dims, "--device", str(zen4)]) == 0
+    out = capsys.readouterr().out
+    assert "tuned on the nearest device of this vendor, type and vector ISA" in out
+    assert "passed over" not in out
 
 
 def test_overrides_from_python_and_the_environment() -> None:

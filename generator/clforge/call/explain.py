@@ -16,7 +16,7 @@ import pyopencl as cl
 from clforge.call.binding import bind, call_types
 from clforge.call.eager import prepare
 from clforge.call.selection import Selection
-from clforge.params.lookup import Choice
+from clforge.params.lookup import Choice, not_borrowed
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Explanation:
 
     selection: Selection
     params: Choice | None
+    passed: tuple[tuple[str, str], ...] = ()  # (tuning file, why it is not read for this device)
 
     @property
     def instance(self) -> str | None:
@@ -37,12 +38,15 @@ class Explanation:
         if self.params is not None:
             doc["params"] = dict(self.params.params)
             doc["params_origin"] = self.params.describe()
+        doc["tuning_passed_over"] = [{"file": f, "reason": why} for f, why in self.passed]
         return doc
 
     def __str__(self) -> str:
         lines = self.selection.table().splitlines()
         if self.params is not None:  # above the verdict, which stays the last line
             lines.insert(-1, f"  params of the chosen instance: {self.params.describe()}")
+        for name, why in self.passed:
+            lines.insert(-1, f"  tuning file passed over: {not_borrowed(name, why)}")
         return "\n".join(lines)
 
 
@@ -65,4 +69,4 @@ def explain(
     sel = d.select(op, dtype, layouts, b.env)
     chosen = sel.chosen.instance if sel.chosen is not None else None
     params = d.params_for(d.registry.instance(chosen), b.env) if chosen else None
-    return Explanation(sel, params)
+    return Explanation(sel, params, d.lookup.passed)

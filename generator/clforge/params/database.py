@@ -164,6 +164,10 @@ def parse(text: str, where: str) -> TuningFile:
                 (k, int(_int_map(dev["vector_widths"], "vector_widths", where).get(k, 0)))
                 for k in VECTOR_KEYS
             ),
+            # the vector ISA: absent from older files, then derived (Fingerprint.__post_init__)
+            vector_isa=str(dev.get("vector_isa") or ""),
+            vector_bits=int(dev.get("vector_bits") or 0),
+            vector_registers=int(dev.get("vector_registers") or 0),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise TuningError(f"{where}: device: missing or bad field {exc}") from None

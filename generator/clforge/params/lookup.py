@@ -1,9 +1,13 @@
 """Which parameters a call of an instance gets, and where they came from.
 
 Device, most specific first: an override (from Python or $CLFORGE_PARAMS) → a tuning file of
-this exact device → one of the same architecture → one of the same vendor and device type → the
-spec defaults. Shape, within a file: the exact dims → their bucket → the file's catch-all.
-Stale entries (measured on another version of the kernel) are skipped and counted."""
+this exact device → one of the same architecture → the nearest of the same vendor and device
+type (:meth:`Fingerprint.similarity`) → the spec's defaults, computed from the device's
+properties where the variant has device_params. A file of a device whose vector ISA differs from
+this one's (name, width, registers) is never read, for parameters or for the measured crossovers
+between variants; :attr:`ParamLookup.passed` says why each file was passed over. Shape, within
+a file: the exact dims → their bucket → the file's catch-all. Stale entries (measured on another
+version of the kernel) are skipped and counted."""
 
 from __future__ import annotations
 
@@ -85,9 +89,20 @@ class ParamLookup:
     stale: set[tuple[str, str]] = field(default_factory=set)  # (file, instance) skipped
 
     def __post_init__(self) -> None:
-        me = Fingerprint.of(self.profile)
-        ranked = [(me.level(f.device), f) for f in self.files]
-        self._ranked = sorted(((lvl, f) for lvl, f in ranked if lvl > 0), key=lambda x: -x[0])
+        me = self.device = Fingerprint.of(self.profile)
+        usable: list[tuple[int, tuple[float, ...], int, TuningFile]] = []
+        passed: list[tuple[str, str]] = []
+        for i, f in enumerate(self.files):
+            reason = me.pass_reason(f.device)
+            if reason is None:
+                usable.append(
+                    (-me.level(f.device), tuple(-x for x in me.similarity(f.device)), i, f)
+                )
+            else:
+                passed.append((_file_name(f), reason))
+        # by level, then the nearest device, then the order the files were given in
+        self._ranked = [(-lvl, f) for lvl, _, _, f in sorted(usable, key=lambda x: x[:3])]
+        self.passed: tuple[tuple[str, str], ...] = tuple(passed)  # (file, why not borrowed)
         self._index: list[tuple[int, TuningFile, dict[tuple[str, str], Entry]]] = [
             (lvl, f, {e.key: e for e in f.entries}) for lvl, f in self._ranked
         ]
@@ -99,6 +114,10 @@ class ParamLookup:
                 if e.bucket != CATCH_ALL and e.time_us > 0:
                     timed.setdefault(e.instance, []).append(e)
             self._timed.append((f, timed))
+
+    def passed_over(self) -> list[str]:
+        """One line per tuning file the chain does not read for this device, and why."""
+        return [not_borrowed(name, why) for name, why in self.passed]
 
     @classmethod
     def from_env(cls, profile: DeviceProfile, files: tuple[TuningFile, ...]) -> ParamLookup:
@@ -202,6 +221,11 @@ class ParamLookup:
                 f"spec default (computed from the device: {params_text(params)}, but {problem})",
             )
         return Choice(params, "computed from the device's properties; nothing tuned applies")
+
+
+def not_borrowed(name: str, why: str) -> str:
+    """How explain says that a tuning file was passed over, and why."""
+    return f"{name}: {why}: not borrowed"
 
 
 def _file_name(f: TuningFile) -> str:

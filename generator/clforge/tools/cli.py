@@ -407,6 +407,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.json:
         # the selection's env holds the int attributes too (guards read them): apart here
         doc = sel.as_dict() | {"dims": dims, "attrs": attrs}
+        doc["device_isa"] = lookup.device.isa_text
+        doc["tuning_passed_over"] = [{"file": f, "reason": why} for f, why in lookup.passed]
         if choice is not None:
             doc["params"] = dict(choice.params)
             doc["params_origin"] = choice.describe()
@@ -426,6 +428,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
                     f"writes {', '.join(step.writes)}, global size {list(step.launch.global_size)}",
                 )
             lines.insert(-1, f"  params of the chosen instance: {choice.describe()}")
+        for line in lookup.passed_over():
+            lines.insert(-1, f"  tuning file passed over: {line}")
         unset = [d for d in op.dims if d not in dims]
         if dims and unset:
             lines.insert(
