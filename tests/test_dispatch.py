@@ -372,3 +372,45 @@ def test_numpy_inputs_are_copied_into_the_layout_with_the_best_kernel() -> None:
     np.testing.assert_allclose(
         d.call("matmul", {"a": a[None], "b": b[None]})["c"][0], a @ b, rtol=1e-4, atol=1e-4
     )
+
+
+# --- overrides reach every dispatcher of the device ----------------------------------------
+
+
+def test_an_override_reaches_calls_on_every_queue_of_the_device() -> None:
+    """`dispatcher().override_params` binds to the device, not to one dispatcher object: a call
+    with `queue=` of another context on the same device, its device arrays, a dispatcher made
+    directly on that queue, and one made after the override all run the overridden set; plans
+    memoized before it are dropped everywhere, and None puts every one back."""
+    import pyopencl as cl
+
+    name = "relu__cpu__f32"
+    chunked = (("CHUNK", 1024), ("NT_MIN", 4194304), ("VW", 16))
+    main_d = dispatcher()
+    q2 = cl.CommandQueue(cl.Context([main_d.runtime.device]))
+    other = dispatcher(q2)
+    assert other is not main_d and other.lookup is not main_d.lookup
+    x = rng.standard_normal(10_000).astype(np.float32)
+
+    def params_of(d: Dispatcher) -> tuple:
+        return next(p.params for p in d._plans.values() if p.inst.name == name)
+
+    np.testing.assert_array_equal(ops.relu(x, queue=q2), np.maximum(x, 0))  # memoized first
+    assert params_of(other) != chunked
+    main_d.override_params(name, {"CHUNK": 1024})
+    try:
+        assert other._plans == {} and other._recipes == {}
+        np.testing.assert_array_equal(ops.relu(x, queue=q2), np.maximum(x, 0))
+        assert params_of(other) == chunked
+        on_q2 = ops.relu(cla.to_device(q2, x), queue=q2)
+        np.testing.assert_array_equal(on_q2.get(), np.maximum(x, 0))
+        assert params_of(other) == chunked
+        direct = Dispatcher.for_runtime(Runtime(cl.CommandQueue(q2.context)))
+        assert direct.params_for(REG.instance(name), {"N": 10_000}).origin == "override"
+        later = dispatcher(cl.CommandQueue(cl.Context([main_d.runtime.device])))
+        assert later.lookup.overrides == {name: {"CHUNK": 1024}}
+    finally:
+        other.override_params(name, None)  # from any of them, for all of them
+    assert main_d.lookup.overrides.get(name) is None
+    np.testing.assert_array_equal(ops.relu(x, queue=q2), np.maximum(x, 0))
+    assert params_of(other) != chunked

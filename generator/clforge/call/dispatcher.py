@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import threading
 import warnings
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -81,6 +82,8 @@ class Dispatcher:
         self.lookup: ParamLookup = self.params or ParamLookup.from_env(
             self.profile, load_folders(self.runtime.registry.tuning_folders())
         )
+        self._shared = _shared(self.runtime.device)
+        self._shared.join(self)
 
     def adopt(self, reg: Registry) -> None:
         """Serve `reg` from now on (the default registry after an extension registered): the
@@ -91,11 +94,10 @@ class Dispatcher:
             self._plans.clear()
             self._choices.clear()
             self._recipes.clear()
-            overrides = self.lookup.overrides
             self.lookup = self.params or ParamLookup.from_env(
                 self.profile, load_folders(reg.tuning_folders())
             )
-            self.lookup.overrides.update(overrides)
+            self._shared.join(self)  # the device's overrides, not the environment's again
 
     @classmethod
     def for_runtime(cls, runtime: Runtime, *, strict: bool = False) -> Dispatcher:
@@ -111,14 +113,12 @@ class Dispatcher:
 
     def override_params(self, instance: str, values: Mapping[str, int] | None) -> None:
         """Run `instance` with these compile-time parameters from now on (None: back to the
-        tuned ones); memoized plans are dropped so that every later call sees it."""
+        tuned ones) on this dispatcher's device: overrides are kept per device, so they reach
+        every dispatcher of it (calls with `queue=` of another queue or context on the same
+        device, and device arrays of it); their memoized plans are dropped so that every later
+        call sees it."""
         self.registry.instance(instance)  # an unknown name is an error now, not later
-        if values is None:
-            self.lookup.overrides.pop(instance, None)
-        else:
-            self.lookup.override(instance, values)
-        self._plans.clear()
-        self._recipes.clear()
+        self._shared.override(instance, values)
 
     def plan_instance(self, inst: Instance, b: Bound) -> LaunchPlan:
         """The launch plan of `inst` with the parameters :meth:`params_for` gives; a tuned or
@@ -365,6 +365,54 @@ class Dispatcher:
         sel = self.select(op, dtype, layouts, static)
         chosen = self.first_that_builds(sel)
         return CompiledOp(self, sig, dtype, layouts, chosen, sel, strict, dict(inputs))
+
+
+# --- what the dispatchers of one device share --------------------------------------------
+
+
+@dataclass(eq=False)
+class _DeviceShared:
+    """The parameter overrides of one device, one dict that the lookup of every dispatcher of
+    the device holds, and those dispatchers (weakly), whose memoized plans an override drops.
+    The first dispatcher of a device brings the overrides its lookup was given
+    ($CLFORGE_PARAMS); a later one adds those the device does not have yet."""
+
+    overrides: dict[str, dict[str, int]] = field(default_factory=dict)
+    members: weakref.WeakSet[Dispatcher] = field(default_factory=weakref.WeakSet)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def join(self, d: Dispatcher) -> None:
+        """Make `d`'s lookup read the device's overrides (again, after `d` re-made it)."""
+        with self.lock:
+            given = d.lookup.overrides
+            if given is not self.overrides and d not in self.members:
+                for name, values in given.items():
+                    self.overrides.setdefault(name, values)
+            d.lookup.overrides = self.overrides
+            self.members.add(d)
+
+    def override(self, instance: str, values: Mapping[str, int] | None) -> None:
+        """Set (None: drop) an override, and drop the plans of every dispatcher of the device."""
+        with self.lock:
+            if values is None:
+                self.overrides.pop(instance, None)
+            else:
+                self.overrides[instance] = dict(values)
+            members = list(self.members)
+        for d in members:
+            with d.runtime.lock:
+                d._plans.clear()
+                d._recipes.clear()
+
+
+_SHARED: dict[int, _DeviceShared] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared(device: cl.Device) -> _DeviceShared:
+    """What the dispatchers of `device` share (by its cl_device_id)."""
+    with _SHARED_LOCK:
+        return _SHARED.setdefault(device.int_ptr, _DeviceShared())
 
 
 # --- the default dispatcher, per queue ------------------------------------------------------
