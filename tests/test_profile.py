@@ -327,6 +327,8 @@ OLD_CPU = (
         ("futurelake", 16, "x86_64-pc-linux-gnu", ("avx512", 512, 32)),  # by the float width
         ("futurelake", 8, "x86_64-pc-linux-gnu", ("avx2", 256, 16)),
         ("cortex-x9", 4, "aarch64-unknown-linux-gnu", ("neon", 128, 32)),
+        ("neoverse-n2", 4, "", ("neon", 128, 32)),  # by the LLVM CPU's family, no triple
+        ("futurecore", 4, "aarch64-unknown-linux-gnu", ("neon", 128, 32)),  # by the triple
         ("futurelake", 4, "x86_64-pc-linux-gnu", ("sse2", 128, 16)),
     ],
 )

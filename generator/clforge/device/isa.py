@@ -151,6 +151,8 @@ _X86_CPUS: Mapping[str, tuple[str, ...]] = {
     ),
 }
 _ARM_SVE_CPUS: Mapping[str, int] = {"a64fx": 512, "neoverse-v1": 256}
+# LLVM's AArch64 CPU names by family (the rest are NEON: 128-bit, 32 registers)
+_ARM_CPU_PREFIXES = ("cortex-", "neoverse-", "apple-", "ampere", "thunderx", "carmel", "kryo")
 
 
 def isa_of_llvm_cpu(cpu: str) -> VectorIsa | None:
@@ -189,6 +191,9 @@ def derive(
         return Derived(isa.name, isa.bits, isa.registers, f"LLVM CPU {low}")
     if low in _ARM_SVE_CPUS:
         return Derived("sve", _ARM_SVE_CPUS[low], ISAS["sve"].registers, f"LLVM CPU {low}")
+    if low.startswith(_ARM_CPU_PREFIXES):
+        isa = ISAS["neon"]
+        return Derived(isa.name, isa.bits, isa.registers, f"LLVM CPU {low}")
     arm = any(word in triple.lower() for word in ("aarch64", "arm64", "armv"))
     by_width = {16: "avx512", 8: "avx2", 4: "neon" if arm else "sse2"}.get(float_width)
     if by_width is None:
