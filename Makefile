@@ -8,7 +8,7 @@ OPENCL := $(VENV)/.opencl
 # make tune: tune every op on the default device (TUNE_ARGS, e.g. TUNE_ARGS='matmul --budget 300')
 TUNE_ARGS ?= --budget 900
 
-.PHONY: setup generate check lint test demo bench tune gpu-check-dry gpu-check-sim clean
+.PHONY: setup generate check lint test test-lowest demo bench tune gpu-check-dry gpu-check-sim clean
 
 $(INSTALLED): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -75,6 +75,21 @@ test: $(OPENCL)
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
+# The dependencies' lower bounds (pyproject.toml), tested: a second environment with exactly those
+# versions (.ci/lowest.txt) runs the core tests on the same OpenCL device. CI runs it after `make test`.
+LOWEST := .venv-lowest
+LOWEST_TESTS ?= tests/test_dispatch.py tests/test_generate.py tests/test_ops_elementwise.py \
+	tests/test_ops_linalg.py tests/test_ops_reduce.py tests/test_recipes.py
+test-lowest: $(OPENCL)
+	$(PY) -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install -q --upgrade pip
+	@extras=test; $(BIN)/python -m pip show -q pocl-binary-distribution 2>/dev/null && extras=test,pocl; \
+	  echo "$(LOWEST): clforge[$$extras] with .ci/lowest.txt"; \
+	  $(LOWEST)/bin/python -m pip install -q -c .ci/lowest.txt -e ".[$$extras]"
+	$(LOWEST)/bin/python -c "import jinja2, yaml, pydantic, numpy, pyopencl, tqdm; \
+	  print('lowest:', *(f'{m.__name__} {m.__version__}' for m in (jinja2, yaml, pydantic, numpy, tqdm)), 'pyopencl', pyopencl.VERSION_TEXT)"
+	$(LOWEST)/bin/python -m pytest -q -p no:cacheprovider -n auto -m "not slow" $(LOWEST_TESTS)
+
 # The GPU check kit (docs/gpu-check.md), tried here so that a lent GPU machine is never
 # spent on a typo: build the wheelhouse (.gpu-wheels/, from PyPI), then the run step against the
 # local OpenCL device. GPU_CHECK_TESTS is pytest's -k (empty: the whole suite, as on the GPU).
@@ -99,4 +114,4 @@ gpu-check-sim: $(OPENCL)
 	  echo "results in $$out"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LOWEST) .pytest_cache .ruff_cache

@@ -325,7 +325,8 @@ def test_clip_like_numpy(dtype: Any) -> None:
     lo = (rng.standard_normal(9) * 5 - 3).astype(dtype)
     hi = (rng.standard_normal((4, 1)) * 5 + 3).astype(dtype)
     for a, b in ((lo, hi), (-2, 3), (lo, None), (None, hi), (None, None), (5, -5)):
-        want = np.clip(x, a, b)
+        # NumPy before 2.1 refuses two Nones; since then they return x unchanged
+        want = x.copy() if a is None and b is None else np.clip(x, a, b)
         got = ops.clip(x, a, b)
         assert got.dtype == want.dtype, (a, b)
         np.testing.assert_array_equal(got, want)
@@ -408,6 +409,11 @@ F32 = np.float32
 def test_bad_calls(call: Callable[[], Any], message: str) -> None:
     with pytest.raises(CallError) as err:
         call()
+    if "out of the range of i32" in message and np.lib.NumpyVersion(np.__version__) < "2.0.0":
+        # NumPy 1.x promotes an int beyond i32 to int64 (NEP 50 came with 2.0): that is refused
+        op = message.partition(":")[0]
+        assert str(err.value).startswith(f"{op}: inputs ") and "promote to int64" in str(err.value)
+        return
     assert str(err.value) == message
 
 

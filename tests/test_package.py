@@ -48,6 +48,22 @@ def test_pyproject_lists_every_package() -> None:
     } <= found
 
 
+def test_the_lowest_versions_ci_tests_are_the_lower_bounds() -> None:
+    """`make test-lowest` installs .ci/lowest.txt: exactly pyproject's lower bounds, so the
+    versions a user may install are the versions CI tested."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    bounds = {}
+    for dep in deps:
+        name, _, version = dep.partition(">=")
+        assert version, f"{dep}: every dependency has a lower bound"
+        bounds[name.strip().lower()] = version.split(";")[0].strip()
+    lines = (ROOT / ".ci" / "lowest.txt").read_text().splitlines()
+    pins = dict(ln.split("==") for ln in lines if ln.strip() and not ln.startswith("#"))
+    assert sorted(pins) == sorted(bounds)
+    for name, version in bounds.items():  # 2.6 is pinned as 2.6.0
+        assert pins[name] == version or pins[name] == f"{version}.0", (name, version, pins[name])
+
+
 def test_the_checkout_is_the_default_tree_through_the_package() -> None:
     assert DEFAULT.root == ROOT
     assert DEFAULT.generated == ROOT / "generated"
@@ -218,6 +234,24 @@ def test_an_extension_builds_on_the_installed_clforge(venv: Path, tmp_path: Path
     specs = [str(p.relative_to(ext)) for p in sorted((ext / "specs").glob("*.yaml"))]
     assert entry[0] == "clforge"
     run(venv, *entry, *specs, cwd=ext)
+    # the GitHub Actions workflow of docs/linting.md: its clforge steps, after its pip install
+    for cmd in workflow_commands():
+        run(venv, *cmd, cwd=ext)
+
+
+def workflow_commands() -> list[list[str]]:
+    """The `clforge ...` steps of the GitHub Actions workflow that docs/linting.md shows (the one
+    whose `run:` installs clforge with pip)."""
+    text = (ROOT / "docs" / "linting.md").read_text()
+    for block in text.split("```yaml")[1:]:
+        doc = yaml.safe_load(block.split("```")[0])
+        steps = [s.get("run", "") for job in (doc or {}).get("jobs", {}).values()
+                 for s in job.get("steps", [])]  # fmt: skip
+        if any(s.startswith("pip install") and "clforge" in s for s in steps):
+            found = [s.split() for s in steps if s.startswith("clforge ")]
+            assert found, "the workflow runs no clforge command"
+            return found
+    raise AssertionError("docs/linting.md shows no GitHub Actions workflow that installs clforge")
 
 
 @pytest.mark.slow
