@@ -5,7 +5,9 @@ clforge's own code, the versions of the libraries that load and render) beside a
 everything it owns on disk afterwards. When both still match, the files on disk are exactly what
 generation would write, and nothing is loaded or rendered. Any difference (an edited spec or
 template, a hand-edited or deleted output, debris of an interrupted run, another clforge)
-misses, and generation runs in full. Stamps live in clforge's cache folder, one per tree.
+misses, and generation runs in full. Stamps live in clforge's cache folder, one per tree, each
+in the checked envelope (core/envelope.py); a damaged one is removed with a warning and
+generation runs in full.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import json
 from importlib import metadata
 from pathlib import Path
 
-from clforge.core.atomic_file import atomic_write
-from clforge.core.cache_dir import cache_dir
+from clforge.core import envelope
+from clforge.core.cache_dir import private_dir
 from clforge.core.tree import Tree
 from clforge.emit.writer import owned
 
@@ -56,19 +58,28 @@ def outputs_digest(tree: Tree, managed: tuple[str, ...]) -> tuple[str, int]:
     return _digest([(rel, tree.root / rel) for rel in rels]), len(rels)
 
 
-def _path(tree: Tree) -> Path | None:
-    base = cache_dir("stamps")
+KIND = "stamp"
+
+
+def _path(tree: Tree) -> tuple[Path, bytes] | None:
+    """Where the tree's stamp lives, and its envelope's origin (the tree's folder)."""
+    base = private_dir("stamps")
     if base is None:
         return None
-    return base / f"{hashlib.sha256(str(tree.root.resolve()).encode()).hexdigest()[:24]}.json"
+    root = str(tree.root.resolve())
+    return base / f"{hashlib.sha256(root.encode()).hexdigest()[:24]}.stamp", envelope.digest(root)
 
 
 def fresh(tree: Tree, managed: tuple[str, ...]) -> int | None:
     """The number of files generation owns when the tree's stamp still holds, else None."""
-    path = _path(tree)
+    where = _path(tree)
+    if where is None:
+        return None
+    path, origin = where
+    status, data = envelope.read(path, KIND, origin, "the generation stamp")
     try:
-        stamp = json.loads(path.read_text(encoding="utf-8")) if path else None
-    except (OSError, ValueError):
+        stamp = json.loads(data) if status is envelope.Status.OK else None
+    except ValueError:  # intact, so written by a clforge that wrote no JSON: never seen
         return None
     if not isinstance(stamp, dict) or stamp.get("inputs") != inputs_digest(tree):
         return None
@@ -78,10 +89,10 @@ def fresh(tree: Tree, managed: tuple[str, ...]) -> int | None:
 
 def record(tree: Tree, managed: tuple[str, ...]) -> None:
     """Stamp the tree as generated from its present inputs (a read-only cache is no error)."""
-    path = _path(tree)
-    if path is None:
+    where = _path(tree)
+    if where is None:
         return
     outputs, _ = outputs_digest(tree, managed)
     text = json.dumps({"inputs": inputs_digest(tree), "outputs": outputs, "root": str(tree.root)})
     with contextlib.suppress(OSError):
-        atomic_write(path, text + "\n")
+        envelope.write(where[0], KIND, where[1], text.encode())

@@ -2,22 +2,36 @@
 `tuning/` folder, sorted and deterministic, so results from many machines merge by adding
 files. An entry is keyed by instance (op, variant, dtype, layouts) and shape bucket, and
 carries the hash of what it measured (the instance's rendered source and parameter schema), so
-an entry for a changed kernel is stale: reported, never used."""
+an entry for a changed kernel is stale: reported, never used.
+
+Reading stays fast however many device files there are: a file is parsed with libyaml's loader
+(PyYAML's own, 15-40x slower, only where libyaml is missing or finds fault, to report where),
+what it holds is kept in clforge's cache folder under the SHA-256 of its bytes (through the
+checked envelope, core/envelope.py), and a file's entries are only read when the lookup asks for
+them, which it does for the files of devices it can use. A file that is not a valid tuning file
+gives a located error (file:line:col, what is wrong); the lookup skips it with a warning."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from clforge import __version__
+from clforge.core import envelope
 from clforge.core.atomic_file import atomic_write
-from clforge.errors import ClforgeError
+from clforge.core.cache_dir import CacheError, private_dir
+from clforge.core.located_yaml import YamlProblem, load_yaml, locate
+from clforge.errors import ClforgeError, ClforgeWarning
 from clforge.params.fingerprint import VECTOR_KEYS, Fingerprint
 from clforge.params.space import Params, as_params
 from clforge.registry.records import Instance
@@ -26,7 +40,7 @@ SCHEMA = 1
 CATCH_ALL = "*"
 HEADER = (
     "# clforge tuning database for one device: written by `clforge tune`, merged by\n"
-    '# `clforge tune --merge A B`; see docs/tuning.md. Edit by hand only to delete\n'
+    "# `clforge tune --merge A B`; see docs/tuning.md. Edit by hand only to delete\n"
     "# entries.\n"
 )
 
@@ -106,11 +120,36 @@ class Entry:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class TuningFile:
+    """One device's tuning file. The entries of a file read from disk are made when first asked
+    for (the lookup asks only for the files of devices it can use)."""
+
     device: Fingerprint
-    entries: tuple[Entry, ...] = ()
-    path: Path | None = field(default=None, compare=False)
+    entries: tuple[Entry, ...]
+    path: Path | None = field(compare=False)
+
+    def __init__(
+        self,
+        device: Fingerprint,
+        entries: tuple[Entry, ...] = (),
+        path: Path | None = None,
+        *,
+        lazy: Callable[[], tuple[Entry, ...]] | None = None,
+    ) -> None:
+        object.__setattr__(self, "device", device)
+        object.__setattr__(self, "path", path)
+        if lazy is None:
+            object.__setattr__(self, "entries", entries)
+        else:
+            object.__setattr__(self, "_lazy", lazy)
+
+    def __getattr__(self, name: str) -> Any:  # only for an attribute not set: lazy entries
+        if name != "entries" or "_lazy" not in self.__dict__:
+            raise AttributeError(name)
+        entries = self.__dict__["_lazy"]()
+        object.__setattr__(self, "entries", entries)
+        return entries
 
     def with_entries(self, entries: Iterable[Entry]) -> TuningFile:
         merged = {e.key: e for e in self.entries}
@@ -129,81 +168,224 @@ class TuningFile:
         atomic_write(path, self.text())
 
 
-def _int_map(value: Any, what: str, where: str) -> dict[str, int]:
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-        for k, v in value.items()
-    ):
-        raise TuningError(f"{where}: {what} must map names to integers, got {value!r}")
-    return value
+Where = Callable[[tuple[int | str, ...]], str]  # where a path of keys into the document is
+
+
+def _int_map(value: Any, what: str, where: Where, keys: tuple[int | str, ...]) -> dict[str, int]:
+    """`value` as names -> integers, or a TuningError at the first item that is not one."""
+    if not isinstance(value, dict):
+        raise TuningError(f"{where(keys)}: {what} must map names to integers, got {value!r}")
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool):
+            raise TuningError(
+                f"{where((*keys, str(k)))}: {what} must map names to integers, got {k}: {v!r}"
+            )
+    return dict(value)
+
+
+def _number(e: Mapping[str, Any], key: str, here: str, kind: type) -> Any:
+    value = e.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TuningError(f"{here}: {key} must be a finite number, got {value!r}")
+    if kind is int and value != int(value):
+        raise TuningError(f"{here}: {key} must be an integer, got {value!r}")
+    return kind(value)
+
+
+_DEVICE_KEYS = ("vendor", "device_type", "name", "arch", "driver", "compute_units")
+
+
+def _device(dev: Any, where: Where) -> Fingerprint:
+    """The fingerprint a file's `device:` records: the fields every file has, and any other
+    field of a Fingerprint (int or text, as its default) that the file records."""
+    if not isinstance(dev, dict):
+        raise TuningError(f"{where(('device',))}: device: expected a mapping, got {dev!r}")
+    missing = [k for k in (*_DEVICE_KEYS, "vector_widths") if k not in dev]
+    if missing:
+        raise TuningError(f"{where(('device',))}: device: missing field {missing[0]!r}")
+    for key in _DEVICE_KEYS[:-1]:
+        if not isinstance(dev[key], str | int | float | None) or isinstance(dev[key], bool):
+            raise TuningError(f"{where(('device', key))}: device: {key} must be text")
+    widths = _int_map(dev["vector_widths"], "vector_widths", where, ("device", "vector_widths"))
+    more: dict[str, Any] = {}
+    for f in dataclasses.fields(Fingerprint):
+        if f.name in dev and f.name not in (*_DEVICE_KEYS, "vector_widths"):
+            if isinstance(f.default, bool) or not isinstance(f.default, int | str):
+                continue
+            if isinstance(f.default, int):
+                more[f.name] = _number(dev, f.name, where(("device", f.name)), int)
+            elif not isinstance(dev[f.name], str):
+                raise TuningError(f"{where(('device', f.name))}: device: {f.name} must be text")
+            else:
+                more[f.name] = dev[f.name]
+    return Fingerprint(
+        vendor=str(dev["vendor"]),
+        device_type=str(dev["device_type"]),
+        name=str(dev["name"]),
+        arch=str(dev["arch"] or ""),
+        driver=str(dev["driver"]),
+        compute_units=_number(dev, "compute_units", where(("device", "compute_units")), int),
+        vector_widths=tuple((k, int(widths.get(k, 0))) for k in VECTOR_KEYS),
+        **more,
+    )
+
+
+def _entry(e: Any, i: int, where: Where) -> Entry:
+    here = where(("entries", i))
+    if not isinstance(e, dict):
+        raise TuningError(f"{here}: entries[{i}]: expected a mapping, got {e!r}")
+    unknown = sorted(set(map(str, e)) - set(_ENTRY_KEYS))
+    if unknown:
+        raise TuningError(
+            f"{where(('entries', i, unknown[0]))}: entries[{i}]: unknown key {unknown[0]!r} "
+            f"({', '.join(_ENTRY_KEYS)})"
+        )
+    for key in ("instance", "bucket", "params", "sha"):
+        if key not in e:
+            raise TuningError(f"{here}: entries[{i}]: missing field {key!r}")
+    for key in ("instance", "bucket", "sha"):
+        if not isinstance(e[key], str):
+            raise TuningError(f"{where(('entries', i, key))}: {key} must be text, got {e[key]!r}")
+    return Entry(
+        instance=e["instance"],
+        bucket=e["bucket"],
+        params=as_params(_int_map(e["params"], "params", where, ("entries", i, "params"))),
+        sha=e["sha"],
+        shape=as_params(_int_map(e.get("shape", {}), "shape", where, ("entries", i, "shape"))),
+        time_us=_number(e, "time_us", where(("entries", i, "time_us")), float),
+        default_us=_number(e, "default_us", where(("entries", i, "default_us")), float),
+        tried=_number(e, "tried", where(("entries", i, "tried")), int),
+    )
+
+
+_ENTRY_KEYS = ("instance", "bucket", "params", "sha", "shape", "time_us", "default_us", "tried")
+
+
+def _validate(doc: Any, where: Where) -> TuningFile:
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        got = doc.get("schema") if isinstance(doc, dict) else None
+        raise TuningError(
+            f"{where(('schema',))}: not a clforge tuning file of schema {SCHEMA} (schema: {got!r})"
+        )
+    unknown = sorted(set(map(str, doc)) - {"schema", "device", "entries"})
+    if unknown:
+        raise TuningError(
+            f"{where((unknown[0],))}: unknown key {unknown[0]!r} (schema, device, entries)"
+        )
+    device = _device(doc.get("device"), where)
+    listed = doc.get("entries") or []
+    if not isinstance(listed, list):
+        raise TuningError(f"{where(('entries',))}: entries: expected a list, got {listed!r}")
+    return TuningFile(device, tuple(sorted(_entry(e, i, where) for i, e in enumerate(listed))))
+
+
+_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def parse(text: str, where: str) -> TuningFile:
+    """A tuning file's text as a TuningFile, or a TuningError that says where (file:line:col)
+    and what is wrong. libyaml's loader reads it; only a text it or the checks find fault with
+    is read again by the located loader, which knows every value's line."""
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TuningError(f"{where}: not YAML: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        got = doc.get("schema") if isinstance(doc, dict) else None
-        raise TuningError(f"{where}: not a clforge tuning file of schema {SCHEMA} (schema: {got})")
-    unknown = sorted(set(doc) - {"schema", "device", "entries"})
-    if unknown:
-        raise TuningError(f"{where}: unknown keys {', '.join(unknown)} (schema, device, entries)")
-    dev = doc.get("device")
-    if not isinstance(dev, dict):
-        raise TuningError(f"{where}: device: expected a mapping, got {dev!r}")
+        doc = yaml.load(text, Loader=_FAST_LOADER)
+        return _validate(doc, lambda keys: where)
+    except (yaml.YAMLError, TuningError, RecursionError, ValueError, TypeError):
+        pass
     try:
-        device = Fingerprint(
-            vendor=str(dev["vendor"]),
-            device_type=str(dev["device_type"]),
-            name=str(dev["name"]),
-            arch=str(dev["arch"] or ""),
-            driver=str(dev["driver"]),
-            compute_units=int(dev["compute_units"]),
-            vector_widths=tuple(
-                (k, int(_int_map(dev["vector_widths"], "vector_widths", where).get(k, 0)))
-                for k in VECTOR_KEYS
-            ),
-            # the vector ISA: absent from older files, then derived (Fingerprint.__post_init__)
-            vector_isa=str(dev.get("vector_isa") or ""),
-            vector_bits=int(dev.get("vector_bits") or 0),
-            vector_registers=int(dev.get("vector_registers") or 0),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise TuningError(f"{where}: device: missing or bad field {exc}") from None
-    entries = []
-    for i, e in enumerate(doc.get("entries") or ()):
-        here = f"{where}: entries[{i}]"
-        try:
-            entries.append(
-                Entry(
-                    instance=str(e["instance"]),
-                    bucket=str(e["bucket"]),
-                    params=as_params(_int_map(e["params"], "params", here)),
-                    sha=str(e["sha"]),
-                    shape=as_params(_int_map(e.get("shape", {}), "shape", here)),
-                    time_us=float(e.get("time_us", 0.0)),
-                    default_us=float(e.get("default_us", 0.0)),
-                    tried=int(e.get("tried", 0)),
-                )
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TuningError(f"{here}: missing or bad field {exc}") from None
-    return TuningFile(device, tuple(sorted(entries)))
+        located = load_yaml(text, where)
+    except YamlProblem as exc:
+        d = exc.diagnostic
+        raise TuningError(f"{d.loc}: {d.message}") from None
+
+    def at(keys: tuple[int | str, ...]) -> str:
+        return str(locate(located, keys) or where)
+
+    try:
+        return _validate(located, at)
+    except RecursionError:
+        raise TuningError(f"{where}: nested too deeply") from None
+
+
+# --- the index of parsed files, in clforge's cache folder ----------------------------------------
+
+_INDEX_KIND = "tuning-index"
+# what an index entry depends on besides the file's bytes: this code and the fingerprint's
+_CODE = envelope.digest(
+    __version__,
+    str(SCHEMA),
+    Path(__file__).read_bytes(),
+    Path(__file__).with_name("fingerprint.py").read_bytes(),
+)
+
+
+def _index_folder() -> Path | None:
+    try:
+        return private_dir("tuning-index")
+    except CacheError:  # reported where code or binaries would be loaded; data parses anyway
+        return None
+
+
+def _pack_index(f: TuningFile) -> bytes:
+    rows = [
+        [e.instance, e.bucket, e.params, e.sha, e.shape, e.time_us, e.default_us, e.tried]
+        for e in f.entries
+    ]
+    head = json.dumps(f.device.as_dict(), sort_keys=True)
+    return head.encode() + b"\n" + json.dumps(rows, separators=(",", ":")).encode()
+
+
+def _entries_of(rows: bytes) -> tuple[Entry, ...]:
+    return tuple(
+        Entry(i, b, tuple(map(tuple, p)), s, tuple(map(tuple, sh)), t, d, n)  # type: ignore[arg-type]
+        for i, b, p, s, sh, t, d, n in json.loads(rows)
+    )
+
+
+def _from_index(data: bytes, path: Path) -> TuningFile | None:
+    head, _, rows = data.partition(b"\n")
+    try:
+        device = _device(json.loads(head), lambda keys: str(path))
+    except (ValueError, TuningError):  # intact, so written by a clforge of another format
+        return None
+    return TuningFile(device, path=path, lazy=lambda: _entries_of(rows))
 
 
 def load(path: Path) -> TuningFile:
+    """The tuning file at `path`: TuningError (located) when it cannot be read or is not one."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TuningError(f"{path}: cannot read: {exc}") from None
-    return replace(parse(text, str(path)), path=path)
+    folder = _index_folder()
+    if folder is None:
+        return replace(parse(text, str(path)), path=path)
+    digest = hashlib.sha256(data).hexdigest()
+    entry = folder / f"{digest}.index"
+    origin = envelope.digest(_CODE, digest)
+    status, packed = envelope.read(entry, _INDEX_KIND, origin, "the parsed copy of a tuning file")
+    if status is envelope.Status.OK:
+        found = _from_index(packed, path)
+        if found is not None:
+            return found
+    parsed = replace(parse(text, str(path)), path=path)
+    with contextlib.suppress(OSError):  # a read-only cache: parse again next time
+        envelope.write(entry, _INDEX_KIND, origin, _pack_index(parsed))
+    return parsed
 
 
 def load_folder(folder: Path) -> tuple[TuningFile, ...]:
+    """The tuning files of a folder; one that is not a valid tuning file is skipped with a
+    warning that says where and what is wrong."""
     if not folder.is_dir():
         return ()
-    return tuple(load(p) for p in sorted(folder.glob("*.yaml")))
+    out = []
+    for p in sorted(folder.glob("*.yaml")):
+        try:
+            out.append(load(p))
+        except TuningError as exc:
+            warnings.warn(f"clforge: skipped a tuning file: {exc}", ClforgeWarning, stacklevel=2)
+    return tuple(out)
 
 
 def load_folders(folders: Sequence[Path]) -> tuple[TuningFile, ...]:

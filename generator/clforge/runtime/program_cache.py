@@ -1,11 +1,13 @@
 """The program cache: built programs per context in memory, and their binaries on disk.
 
 A disk entry is keyed by the source hash, the build options, the platform, device and driver
-versions and the clforge version, so any change to one of them misses. Each entry carries a
-checksum of its binary, verified before the binary reaches the driver: a truncated or damaged
-file (which can crash a driver that trusts it) is removed with a warning and rebuilt from
-source, and so is a binary the driver refuses. `CLFORGE_CACHE_DIR` moves the folder (default
-~/.cache/clforge); `CLFORGE_CACHE=0` turns the disk part off.
+versions and the clforge version, so any change to one of them misses. Each entry is written
+whole and read back through the checked envelope (core/envelope.py: magic, length, SHA-256 of
+the entry and of its key), verified before the binary reaches the driver: a truncated, damaged,
+unreadable or untrusted entry (which could crash a driver that trusts it) is removed with one
+warning and rebuilt from source, and so is a binary the driver refuses. `CLFORGE_CACHE_DIR`
+moves the folder (default ~/.cache/clforge, created 0700; one another user could write is
+refused); `CLFORGE_CACHE=0` turns the disk part off.
 """
 
 from __future__ import annotations
@@ -19,13 +21,11 @@ from pathlib import Path
 import pyopencl as cl
 
 from clforge import __version__
-from clforge.core.atomic_file import atomic_write_bytes
-from clforge.core.cache_dir import cache_dir
+from clforge.core import envelope
+from clforge.core.cache_dir import check_private, private_dir
 from clforge.errors import BuildError, ClforgeWarning
 
-# entry = MAGIC, the sha256 of the binary (32 bytes), its length (8 bytes, little-endian), binary
-MAGIC = b"clforge-program-1\n"
-_HEAD = len(MAGIC) + 32 + 8
+KIND = "program"  # the envelope's kind of a program binary
 
 
 @dataclass
@@ -36,31 +36,16 @@ class CacheStats:
     rebuilt_corrupt: int = 0
 
 
-def pack_entry(binary: bytes) -> bytes:
-    return MAGIC + hashlib.sha256(binary).digest() + len(binary).to_bytes(8, "little") + binary
-
-
-def unpack_entry(data: bytes) -> bytes | None:
-    """The binary of a cache entry, or None when the entry is damaged in any way."""
-    if len(data) < _HEAD or not data.startswith(MAGIC):
-        return None
-    digest = data[len(MAGIC) : len(MAGIC) + 32]
-    length = int.from_bytes(data[len(MAGIC) + 32 : _HEAD], "little")
-    binary = data[_HEAD:]
-    if length != len(binary) or not binary or hashlib.sha256(binary).digest() != digest:
-        return None
-    return binary
-
-
 @dataclass
 class ProgramCache:
     directory: Path | None  # None: memory only
     stats: CacheStats = field(default_factory=CacheStats)
     _memory: dict[tuple[int, str], cl.Program] = field(default_factory=dict)
+    _checked: bool = field(default=False, repr=False)
 
     @classmethod
     def default(cls) -> ProgramCache:
-        return cls(cache_dir())
+        return cls(private_dir())
 
     @staticmethod
     def key(device: cl.Device, source: str, options: str) -> str:
@@ -71,6 +56,7 @@ class ProgramCache:
             "driver": device.driver_version,
             "options": options,
             "source": hashlib.sha256(source.encode("utf-8")).hexdigest(),
+            "entry": 2,  # the checked envelope; entries of the format before it are never read
         }
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -83,14 +69,15 @@ class ProgramCache:
         if prog is not None:
             self.stats.memory_hits += 1
             return prog
-        path = self.directory / f"{key}.bin" if self.directory is not None else None
-        if path is not None and path.is_file():
-            prog = self._from_disk(ctx, device, name, path, options)
+        folder = self._folder()
+        path = folder / f"{key}.bin" if folder is not None else None
+        if path is not None:
+            prog, damaged = self._from_disk(ctx, device, name, path, key, options)
             if prog is not None:
                 self.stats.disk_hits += 1
                 self._memory[mem_key] = prog
                 return prog
-            self.stats.rebuilt_corrupt += 1
+            self.stats.rebuilt_corrupt += damaged
         prog = self._from_source(ctx, name, source, options)
         self.stats.builds += 1
         if path is not None:
@@ -98,7 +85,7 @@ class ProgramCache:
             binary = binaries[0] if binaries else b""
             if binary:
                 try:
-                    atomic_write_bytes(path, pack_entry(bytes(binary)))
+                    envelope.write(path, KIND, bytes.fromhex(key), bytes(binary))
                 except OSError as exc:  # a read-only home must not break launching
                     warnings.warn(
                         f"clforge: cannot write program cache {path}: {exc}",
@@ -108,34 +95,47 @@ class ProgramCache:
         self._memory[mem_key] = prog
         return prog
 
+    def _folder(self) -> Path | None:
+        """The disk folder, created private where missing and checked once (CacheError when
+        another user could write it); None for memory only, or where it cannot be created."""
+        if self.directory is None or self._checked:
+            return self.directory
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError:  # a read-only home must not break launching
+            self.directory = None
+            return None
+        check_private(self.directory)
+        self._checked = True
+        return self.directory
+
     @staticmethod
     def _from_disk(
-        ctx: cl.Context, device: cl.Device, name: str, path: Path, options: str
-    ) -> cl.Program | None:
-        """The program from a verified entry, or None after removing an unusable one."""
+        ctx: cl.Context, device: cl.Device, name: str, path: Path, key: str, options: str
+    ) -> tuple[cl.Program | None, bool]:
+        """The program from a verified entry, or None (and whether an unusable entry was
+        removed, with one warning)."""
+        what = f"the cached binary of {name}"
+        status, binary = envelope.read(path, KIND, bytes.fromhex(key), what)
+        if status is not envelope.Status.OK:
+            return None, status is envelope.Status.DAMAGED
+        problem = "was refused by the driver"
         try:
-            binary = unpack_entry(path.read_bytes())
-        except OSError:
-            return None
-        problem = "is damaged (its checksum or length does not match)"
-        if binary is not None:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    prog = cl.Program(ctx, [device], [binary]).build(options=options)
-                if _has_kernels(prog):
-                    return prog
-                problem = "holds no kernel"
-            except (cl.Error, cl.RuntimeError):
-                problem = "was refused by the driver"
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                prog = cl.Program(ctx, [device], [binary]).build(options=options)
+            if _has_kernels(prog):
+                return prog, False
+            problem = "holds no kernel"
+        except (cl.Error, cl.RuntimeError):
+            pass
         warnings.warn(
-            f"clforge: the cached binary of {name} ({path}) {problem}; removed and rebuilt "
-            "from source",
+            f"clforge: {what} ({path}) {problem}; removed and rebuilt from source",
             ClforgeWarning,
             stacklevel=4,
         )
-        path.unlink(missing_ok=True)
-        return None
+        envelope.remove(path)
+        return None, True
 
     @staticmethod
     def _from_source(ctx: cl.Context, name: str, source: str, options: str) -> cl.Program:

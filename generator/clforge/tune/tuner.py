@@ -20,8 +20,9 @@ from typing import Any
 
 from clforge.call.binding import bind_dims, int_attrs, resolve_attrs
 from clforge.call.selection import select
+from clforge.core import envelope
 from clforge.core.atomic_file import atomic_write
-from clforge.core.cache_dir import cache_dir
+from clforge.core.cache_dir import private_dir
 from clforge.core.tree import Tree
 from clforge.device.profile import DeviceProfile
 from clforge.params.database import (
@@ -155,18 +156,18 @@ def _search(job: Job, profile: DeviceProfile) -> list[Params]:
 
 class Journal:
     """Measurements of earlier runs: (instance, schema, params, dims) -> microseconds, or the
-    problem that disqualified the candidate."""
+    problem that disqualified the candidate. Each line is checked (core/envelope.py): a line cut
+    short by a kill, or changed since, is dropped with one warning and measured again."""
+
+    KIND = "journal-1"
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.done: dict[str, dict[str, Any]] = {}
-        if path is not None and path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    rec = json.loads(line)
+        if path is not None:
+            for rec in envelope.read_log(path, self.KIND, "the tuner's journal"):
+                if isinstance(rec.get("key"), str):  # else intact but not ours: never written
                     self.done[rec["key"]] = rec
-                except (ValueError, KeyError, TypeError):
-                    continue  # a line cut short by a kill
 
     @staticmethod
     def key(job: Job, params: Params) -> str:
@@ -182,9 +183,7 @@ class Journal:
         rec = {"key": key, **result}
         self.done[key] = rec
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(rec) + "\n")
+            envelope.append_log(self.path, self.KIND, rec)
 
 
 def tune(
@@ -207,7 +206,8 @@ def tune(
     false (a run at shapes the user picked, not the representative ones): the catch-all
     entries the file holds stay, since this run's few shapes would not stand for every other."""
     me = Fingerprint.of(profile)
-    journal_path = cache_dir("tune", f"{me.slug}.jsonl")
+    folder = private_dir("tune")
+    journal_path = folder / f"{me.slug}.jsonl" if folder is not None else None
     if fresh and journal_path is not None:
         journal_path.unlink(missing_ok=True)
     journal = Journal(journal_path)

@@ -1,0 +1,144 @@
+"""Tuning files are data: a damaged or hand-edited one gives a located error (file:line:col,
+what is wrong) or, where the lookup reads a folder, is skipped with a warning; never a
+traceback. Reading them is fast: libyaml's loader, an index of parsed files in the cache folder
+(keyed by the files' hashes, through the checked envelope), entries made only when asked for."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+
+from clforge.errors import ClforgeWarning
+from clforge.params import database
+from clforge.params.database import TuningError, load, load_folder, parse
+
+SHIPPED = sorted((Path(__file__).parents[1] / "tuning").glob("*.yaml"))
+GOOD = SHIPPED[0].read_text(encoding="utf-8")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CLFORGE_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _line_of(text: str, needle: str) -> int:
+    return text[: text.index(needle)].count("\n") + 1
+
+
+def test_the_fast_and_the_located_parse_agree() -> None:
+    fast = parse(GOOD, "f.yaml")
+    located = database._validate(database.load_yaml(GOOD, "f.yaml"), lambda keys: "f.yaml")
+    assert fast == located and len(fast.entries) > 100
+
+
+def test_the_index_gives_what_the_parse_gives(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(GOOD, encoding="utf-8")
+    first = load(path)  # parsed, and kept in the index
+    assert list((tmp_path / "cache" / "tuning-index").glob("*.index"))
+    again = load(path)  # from the index, entries made when asked for
+    assert "entries" not in again.__dict__
+    assert again == first == parse(GOOD, str(path)) and again.path == path
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle", "message"),
+    [
+        (lambda t: t.replace("    VW: 16", "    VW: sixteen", 1), "VW: sixteen", "integers"),
+        (lambda t: t.replace("  params:", "  parms:", 1), "parms:", "unknown key 'parms'"),
+        (lambda t: t.replace("  sha: ", "  sha: [", 1), "sha: [", "YAML syntax error"),
+        (lambda t: t.replace("  tried: ", "  tried: .inf #", 1), "tried: .inf", "finite"),
+        (lambda t: t.replace("  vendor: pocl", "  vendor: [pocl]", 1), "vendor: [", "text"),
+        (lambda t: t.replace("schema: 1", "schema: 7", 1), "schema: 7", "schema 1"),
+        (lambda t: t.replace("entries:\n", "entries:\n- 42\n", 1), "- 42", "expected a mapping"),
+    ],
+)
+def test_a_hand_edit_gives_a_located_error(edit, needle: str, message: str) -> None:
+    text = edit(GOOD)
+    assert text != GOOD
+    with pytest.raises(TuningError) as caught:
+        parse(text, "t.yaml")
+    said = str(caught.value)
+    assert message in said
+    m = re.match(r"t\.yaml:(\d+)(:\d+)?: ", said)
+    assert m, said
+    assert abs(int(m.group(1)) - _line_of(text, needle)) <= 1, said
+
+
+def _damage(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how.startswith("truncate"):
+        path.write_bytes(data[: int(len(data) * float(how.split("-")[1]))])
+    elif how.startswith("flip"):
+        at = int(len(data) * float(how.split("-")[1]))
+        flipped = bytearray(data)
+        for i in range(at, min(at + 8, len(flipped))):
+            flipped[i] ^= 0xFF
+        path.write_bytes(bytes(flipped))
+    elif how == "emptied":
+        path.write_bytes(b"")
+    elif how == "another-kind":
+        path.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    elif how == "another-yaml":
+        path.write_text("# yaml-language-server: $schema=schema.json\nop: add\n")
+    elif how == "unreadable":
+        path.chmod(0)
+    elif how == "folder":
+        path.unlink()
+        path.mkdir()
+    elif how == "dangling-symlink":
+        path.unlink()
+        path.symlink_to(path.with_name("nowhere"))
+    else:
+        raise AssertionError(how)
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "truncate-0.001",
+        "truncate-0.3",
+        "truncate-0.5",
+        "truncate-0.999",
+        "flip-0.0",
+        "flip-0.02",
+        "flip-0.5",
+        "flip-0.99",
+        "emptied",
+        "another-kind",
+        "another-yaml",
+        "unreadable",
+        "folder",
+        "dangling-symlink",
+    ],
+)
+def test_a_damaged_user_tuning_file_is_skipped_with_one_located_warning_or_still_valid(
+    tmp_path: Path, how: str
+) -> None:
+    folder = tmp_path / "tuning"
+    folder.mkdir()
+    path = folder / SHIPPED[0].name
+    shutil.copyfile(SHIPPED[0], path)
+    _damage(path, how)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        files = load_folder(folder)  # never raises
+    assert len(caught) == len(files) == 0 or len(caught) + len(files) == 1
+    if caught:
+        assert issubclass(caught[0].category, ClforgeWarning)
+        said = str(caught[0].message)
+        assert "skipped a tuning file" in said and str(path) in said
+    else:  # damage a YAML file cannot see (cut at an entry's end, a changed value): still valid
+        for e in files[0].entries:
+            assert e.instance and e.bucket and all(isinstance(v, int) for _, v in e.params)
+
+
+def test_a_damaged_file_a_command_reads_is_a_located_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(GOOD.replace("  bucket: ", "  bucket: {", 1), encoding="utf-8")
+    with pytest.raises(TuningError, match=rf"^{re.escape(str(path))}:\d+:\d+: "):
+        load(path)
