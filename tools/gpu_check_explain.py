@@ -1,9 +1,13 @@
 """The GPU check kit's explain step: the dispatcher's choice for every op and dtype on one device.
 
 Run by `tools/gpu-check run`; it uses nothing of clforge but its command line (`python -m
-clforge explain ... --json`) and the spec files' documented top-level keys (`op`, `dims`,
+clforge explain ... --json`, with the interpreter given, which imports clforge from wherever it is
+installed) and the spec files' documented top-level keys in the checkout (`--root`: `op`, `dims`,
 `dtypes`, `call`; an op of a family takes the ones it does not write from
-`specs/families/<family>.yaml`), so it keeps working while the code inside generator/ moves.
+`specs/families/<family>.yaml`), so it keeps working while clforge's modules move. The calls run
+in the current folder, which the kit keeps outside the checkout: clforge's command line takes the
+tree whose clforge.yaml is in the working folder or above it for the one to act on, and refuses
+the checkout's as a second tree named clforge when clforge is installed from its wheel.
 Each call gets representative sizes chosen by the op's calling convention (the sizes of the
 benchmarks' cases, docs/benchmarks.md); an op of a convention this file does not know is
 explained with symbolic dims.
@@ -87,7 +91,7 @@ def calls_for(op: dict[str, Any]) -> list[tuple[str, str, dict[str, int]]]:
 
 
 def explain(
-    python: str, root: Path, device: str, op: str, dtype: str, dims: dict[str, int], timeout: float
+    python: str, device: str, op: str, dtype: str, dims: dict[str, int], timeout: float
 ) -> dict[str, Any]:
     cmd = [python, "-m", "clforge", "explain", op, "--device", device, "--json"]
     if dtype:
@@ -97,9 +101,7 @@ def explain(
     entry: dict[str, Any] = {"op": op, "dtype": dtype, "dims": dims, "command": cmd[1:]}
     start = time.monotonic()
     try:
-        done = subprocess.run(
-            cmd, cwd=root, capture_output=True, text=True, timeout=timeout, check=False
-        )
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         entry.update(exit=None, error=f"timed out after {timeout:.0f} s")
         return entry
@@ -128,7 +130,12 @@ def line(entry: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--python", default=sys.executable, help="the interpreter that runs clforge")
-    p.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent,
+        help="the checkout whose specs/ name the ops (default: this file's)",
+    )
     p.add_argument("--device", default="auto", help="explain's --device (default: auto)")
     p.add_argument("--ops", default="", help="comma-separated ops (default: every spec's op)")
     p.add_argument("--jobs", type=int, default=4, help="calls at a time")
@@ -146,9 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         entries = list(
             pool.map(
-                lambda c: explain(
-                    args.python, args.root, args.device, c[0], c[1], c[2], args.timeout
-                ),
+                lambda c: explain(args.python, args.device, c[0], c[1], c[2], args.timeout),
                 calls,
             )
         )
