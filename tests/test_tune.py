@@ -210,6 +210,10 @@ def test_the_shipped_files_are_avx512_by_what_they_record() -> None:
         assert "vector_isa" not in f.path.read_text(encoding="utf-8")
         again = parse(f.text(), "again.yaml").device  # written with the ISA, read back equal
         assert again == f.device and again.slug == f.device.slug
+    # a recorded ISA is read back as recorded, not derived again from the LLVM target
+    avx2 = dataclasses.replace(SHIPPED[0].device, vector_isa="avx2", vector_bits=256)
+    avx2 = dataclasses.replace(avx2, vector_registers=16)
+    assert parse(TuningFile(avx2).text(), "r.yaml").device.isa() == ("avx2", 256, 16)
     # a file whose ISA is not derivable and a device whose ISA is unknown borrow nothing
     blank = Fingerprint.of(dataclasses.replace(CPU, arch="mystery", preferred_vector_widths=()))
     assert blank.isa() == ("", 0, 0) and blank.level(blank) == 0
