@@ -34,7 +34,8 @@ from clforge.tools.bench.rounds import Spread
 
 ROW_KEYS = {
     "op", "dtype", "label", "sizes", "unit", "instance", "clforge", "clforge_range", "generic",
-    "generic_note", "peers", "ratios", "spreads", "rounds", "copy", "of_bandwidth",
+    "generic_note", "peers", "ratios", "spreads", "rounds", "copy", "of_bandwidth", "mode",
+    "untuned",
 }  # fmt: skip
 
 
@@ -44,8 +45,9 @@ def _installed(module: str) -> bool:
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
-    """`clforge bench --quick --json` in a subprocess, with pyclblast hidden (a module that
-    fails to import as a missing one does), so that one peer is missing whatever is installed."""
+    """`clforge bench --quick --untuned --json` in a subprocess, with pyclblast hidden (a module
+    that fails to import as a missing one does), so that one peer is missing whatever is
+    installed."""
     tmp = tmp_path_factory.mktemp("bench")
     shadow = tmp / "shadow"
     shadow.mkdir()
@@ -56,7 +58,17 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(shadow), path]))}
     out = tmp / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "clforge", "bench", "--quick", "--json", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "clforge",
+            "bench",
+            "--quick",
+            "--untuned",
+            "--json",
+            "--out",
+            str(out),
+        ],
         cwd=DEFAULT.root,
         env=env,
         capture_output=True,
@@ -117,7 +129,19 @@ def test_quick_bench_reports_every_case_and_peer(
         else:
             assert r["peers"]["onnxruntime"]["rate"], r
 
+    # --untuned: clforge's side again with every tuning file hidden, in the same rounds
+    assert report["tuning"]["clforge"] == "tuned" and report["tuning"]["untuned"] is True
+    for r in rows:
+        u = r["untuned"]
+        assert r["mode"] == "tuned" and u is not None, r["label"]
+        assert u["rate"] > 0 and u["rounds"] == [u["rate"]] and u["instance"]
+        assert set(u["ratios"]) == {*(p.key for p in PEERS), "tuned"}
+        assert u["ratios"]["tuned"]["median"] == pytest.approx(u["rate"] / r["clforge"])
+
     text = (out / "bench.txt").read_text()
+    assert "clforge: tuned (tuning files given to the lookup: " in text
+    assert "clforge untuned: every tuning file hidden" in text
+    assert "untuned/tuned" in text
     assert "memory bandwidth (copy, counted as read+write): " in text
     assert "CLBlast: not installed (pip install pyclblast; needs libclblast-dev)" in text
     assert json.loads((out / "bench.json").read_text()) == report
@@ -169,6 +193,44 @@ def test_rows_take_ratios_of_rates_and_none_where_a_figure_is_missing() -> None:
     assert row["of_bandwidth"] == pytest.approx(0.5)
     (row,) = make_rows([case], [[Figures("i", 1.0, 2.0)]], [run, missing], [[None]])
     assert row["copy"] is None and row["of_bandwidth"] is None
+    assert row["mode"] == "tuned" and row["untuned"] is None
+
+
+def test_the_untuned_side_takes_its_ratios_round_by_round() -> None:
+    """--untuned: the side with every tuning file hidden, over the tuned side and each peer,
+    per round (here untuned is 2x slower in round 1, level in round 2)."""
+    case = selected(True)[0]
+    a = case.amount()
+    tuned = [Figures("t", 1.0, None), Figures("t", 2.0, None)]
+    untuned = [Figures("u", 2.0, None), Figures("u", 2.0, None)]
+    run = PeerRun(PEERS[0], True, "1", None, (({"seconds": 4.0}, {"seconds": 4.0}),))
+    (row,) = make_rows([case], [tuned], [run], [[None, None]], [untuned])
+    u = row["untuned"]
+    assert u is not None and u["instance"] == "u"
+    assert u["rounds"] == pytest.approx([a / 2, a / 2])
+    ratio = u["ratios"]["tuned"]
+    assert ratio is not None and ratio["median"] == pytest.approx(0.75)
+    assert ratio["range"] == pytest.approx([0.5, 1.0]) and ratio["level"] is False
+    numpy = u["ratios"]["numpy"]
+    assert numpy is not None and numpy["median"] == pytest.approx(2.0)
+    (off,) = make_rows([case], [tuned], [run], [[None, None]], mode="untuned")
+    assert off["mode"] == "untuned" and off["untuned"] is None
+
+
+def test_tuning_off_hides_every_tuning_file(monkeypatch: pytest.MonkeyPatch, registry) -> None:  # type: ignore[no-untyped-def]
+    """CLFORGE_TUNING=off: the lookup reads no file (the bench's untuned side, a user's check
+    of the defaults); `clforge tune --check` still checks them; a typo is an error."""
+    from clforge.errors import ClforgeError
+
+    assert registry.tuning_folders()
+    monkeypatch.setenv("CLFORGE_TUNING", "off")
+    assert registry.tuning_folders() == ()
+    assert registry.tuning_folders(hidden_too=True)
+    monkeypatch.setenv("CLFORGE_TUNING", "of")
+    with pytest.raises(ClforgeError, match="expected on or off"):
+        registry.tuning_folders()
+    monkeypatch.setenv("CLFORGE_TUNING", "on")
+    assert registry.tuning_folders()
 
 
 def test_ratios_are_taken_round_by_round_and_one_that_crosses_1_is_level() -> None:

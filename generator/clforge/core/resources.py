@@ -22,6 +22,8 @@ from pathlib import Path
 from clforge.errors import ClforgeError
 
 TUNING_ENV = "CLFORGE_TUNING_PATH"
+TUNING_SWITCH_ENV = "CLFORGE_TUNING"  # "off": the lookup reads no tuning file
+_SWITCH = {"": True, "on": True, "1": True, "off": False, "0": False}
 
 
 @cache
@@ -57,6 +59,18 @@ def user_tuning_folders() -> tuple[Path, ...]:
     value = os.environ.get(TUNING_ENV, "")
     named = tuple(Path(p).expanduser() for p in value.split(os.pathsep) if p.strip())
     return named or (Path.home() / ".cache" / "clforge" / "tuning",)
+
+
+def tuning_on() -> bool:
+    """Whether the parameter lookup reads tuning files: `$CLFORGE_TUNING` unset, empty, `on` or
+    `1`; `off` or `0` hides every one of them (computed defaults only). Another value is an
+    error, not a silent `on`: a run meant to measure the defaults must not measure tuned ones."""
+    value = os.environ.get(TUNING_SWITCH_ENV, "").strip().lower()
+    if value not in _SWITCH:
+        raise ClforgeError(
+            f"${TUNING_SWITCH_ENV}={value!r}: expected on or off (off: no tuning file is read)"
+        )
+    return _SWITCH[value]
 
 
 def _folder(t: resources.abc.Traversable) -> Path:

@@ -59,9 +59,13 @@ class Registry:
         """The folders of the trees, for their reference modules."""
         return tuple(s.root for s in self.trees if s.root is not None)
 
-    def tuning_folders(self) -> tuple[Path, ...]:
+    def tuning_folders(self, *, hidden_too: bool = False) -> tuple[Path, ...]:
         """The user's tuning folders (what `clforge tune` made on an installed clforge: read
-        first), then every tree's tuning/ folder, clforge's first."""
+        first), then every tree's tuning/ folder, clforge's first; none with
+        `$CLFORGE_TUNING=off` (the computed defaults only), unless `hidden_too` (`clforge tune
+        --check` checks the files whether calls read them or not)."""
+        if not (hidden_too or resources.tuning_on()):
+            return ()
         if not self.trees:
             trees: tuple[Path, ...] = (self.tree.tuning,)
         else:

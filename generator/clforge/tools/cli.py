@@ -459,7 +459,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     out = Path(args.out) if args.out else _tree(args).root / "bench-results"
     ops = [o for o in args.ops.split(",") if o] if args.ops else None
-    return run_bench(as_json=args.json, quick=args.quick, out_dir=out, ops=ops, rounds=args.rounds)
+    return run_bench(
+        as_json=args.json,
+        quick=args.quick,
+        out_dir=out,
+        ops=ops,
+        rounds=args.rounds,
+        untuned=args.untuned,
+    )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -633,6 +640,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         help="run the throughput bench (clforge and every peer) this many times, one after "
         "another, and report medians (default 3; --quick: 1)",
+    )
+    b.add_argument(
+        "--untuned",
+        action="store_true",
+        help="time clforge a second time, beside the tuned run, with every tuning file hidden "
+        "(the parameters computed for the device, as with CLFORGE_TUNING=off), and report "
+        "untuned/tuned ratios",
     )
     b.set_defaults(func=cmd_bench)
 

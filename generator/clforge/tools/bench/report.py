@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TypedDict
 
 from clforge.tools.bench import rounds
@@ -33,6 +34,18 @@ class Ratio(TypedDict):
     level: bool
 
 
+class Untuned(TypedDict):
+    """clforge's side with every tuning file hidden, timed in the same rounds as the tuned one:
+    its chosen instance, its rate (median, range, per round) and its ratios, round by round,
+    over each peer's rate and (key "tuned") over the tuned side's."""
+
+    instance: str
+    rate: float
+    range: list[float]
+    rounds: list[float]
+    ratios: dict[str, Ratio | None]
+
+
 class Row(TypedDict):
     op: str
     dtype: str
@@ -51,6 +64,8 @@ class Row(TypedDict):
     rounds: dict[str, list[float | None]]  # per round, the rate of clforge and of each peer
     copy: float | None  # GB/s cases: the GB/s of a copy moving as many bytes
     of_bandwidth: float | None  # GB/s cases: clforge's GB/s over that copy's
+    mode: str  # what `clforge` is: "tuned", or "untuned" (CLFORGE_TUNING=off)
+    untuned: Untuned | None  # with --untuned: the same side with every tuning file hidden
 
 
 def _rate(amount: float, seconds: float | None) -> float | None:
@@ -93,14 +108,38 @@ def _spread(ours: Sequence[float], theirs: Sequence[float | None]) -> Ratio | No
     }
 
 
+def _untuned(
+    amount: float,
+    figs: Sequence[Figures],
+    tuned: Sequence[float],
+    theirs: dict[str, list[float | None]],
+) -> Untuned:
+    per_round = [amount / f.seconds for f in figs]
+    spread = Spread.of(per_round)
+    assert spread is not None
+    ratios = {key: _spread(per_round, rates) for key, rates in theirs.items()}
+    ratios["tuned"] = _spread(per_round, tuned)
+    return {
+        "instance": figs[0].instance,
+        "rate": spread.median,
+        "range": [spread.low, spread.high],
+        "rounds": per_round,
+        "ratios": ratios,
+    }
+
+
 def make_rows(
     cases: Sequence[Case],
     figures: Sequence[Sequence[Figures]],
     runs: Sequence[PeerRun],
     copies: Sequence[Sequence[Bandwidth | None]],
+    untuned: Sequence[Sequence[Figures]] | None = None,
+    mode: str = "tuned",
 ) -> list[Row]:
     """One row per case, from its rounds: `figures`, clforge's per case per round; `runs`, each
-    peer's; `copies`, per case per round, the copy of as many bytes (memory-bound cases)."""
+    peer's; `copies`, per case per round, the copy of as many bytes (memory-bound cases);
+    `untuned`, clforge's per case per round with every tuning file hidden (--untuned); `mode`,
+    what `figures` are ("tuned", or "untuned" where CLFORGE_TUNING=off hid the files)."""
     rows: list[Row] = []
     for i, (case, figs, cps) in enumerate(zip(cases, figures, copies, strict=True)):
         amount = case.amount()
@@ -136,6 +175,10 @@ def make_rows(
                 "rounds": {"clforge": list[float | None](per_round), **theirs},
                 "copy": copy_gbps,
                 "of_bandwidth": _ratio(ours.median, copy_gbps),
+                "mode": mode,
+                "untuned": None
+                if untuned is None
+                else _untuned(amount, untuned[i], per_round, theirs),
             }
         )
     return rows
@@ -205,6 +248,46 @@ def _table(rows: Sequence[Row], runs: Sequence[PeerRun], spreads: bool) -> list[
     ]
 
 
+def _untuned_table(rows: Sequence[Row], runs: Sequence[PeerRun], spreads: bool) -> list[str]:
+    """The untuned side's table: its instance, its rate beside the tuned one, untuned/tuned,
+    and its ratios over each peer (rows without an untuned figure are left out)."""
+    titles = [run.peer.title for run in runs]
+    head = ["case", "instance (untuned)", "untuned", "tuned", "unit", "untuned/tuned"]
+    head += [f"x{t}" for t in titles]
+    table = [head]
+    for r in rows:
+        u = r["untuned"]
+        if u is None:
+            continue
+        keys = [run.peer.key for run in runs]
+        ratios = [
+            "" if r["peers"][k]["note"] == NOT_ASKED else _ratio_text(u["ratios"].get(k), spreads)
+            for k in keys
+        ]
+        instance = u["instance"] if u["instance"] != r["instance"] else "(the same)"
+        table.append(
+            [
+                r["label"],
+                instance,
+                _rate_text(u["rate"], u["range"], spreads),
+                fmt(r["clforge"]),
+                r["unit"],
+                _ratio_text(u["ratios"].get("tuned"), spreads),
+                *ratios,
+            ]
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    left = {0, 1, 4}
+    return [
+        "  "
+        + "  ".join(
+            c.ljust(w) if i in left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in table
+    ]
+
+
 def tally(rows: Sequence[Row], key: str) -> tuple[int, int, int]:
     """Against one peer: the cases clforge is ahead in, behind in, and level in (the rounds'
     ratios on both sides of 1.0, or a ratio of exactly 1: no win either way)."""
@@ -247,6 +330,12 @@ def _notes(rows: Sequence[Row], runs: Sequence[PeerRun]) -> list[str]:
     return [f"  {note}: {', '.join(labels)}" for note, labels in seen.items()]
 
 
+def _mode_text(report: dict[str, Any]) -> str:
+    tuning = report.get("tuning") or {}
+    files = ", ".join(Path(f).name for f in tuning.get("files", ())) or "none"
+    return f"{tuning.get('clforge', 'tuned')} (tuning files given to the lookup: {files})"
+
+
 def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -> str:
     """The human-readable report."""
     t = report["timing"]
@@ -284,9 +373,19 @@ def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -
         "clforge's figure over the other's (above 1: clforge is faster), the median of the",
         "rounds' ratios; ~ marks one whose rounds fall on both sides of 1 (level: no win).",
         "NumPy runs a @ b for matmul and gemm, np.sum/mean/max/argmax, a transpose made",
-        "contiguous, and this project's reference implementation for the rest:",
+        "contiguous, and this project's reference implementation for the rest.",
+        f"clforge: {_mode_text(report)}:",
         *_table(rows, runs, spreads=report["rounds"] > 1),
     ]
+    if any(r["untuned"] for r in rows):
+        lines += [
+            "",
+            "clforge untuned: every tuning file hidden (the parameters computed for this "
+            "device, variants by priority),",
+            "timed in the same rounds, back to back with the tuned side; untuned/tuned below "
+            "1: the tuning files help",
+            *_untuned_table(rows, runs, spreads=report["rounds"] > 1),
+        ]
     tallies = _tallies(rows, runs)
     if tallies:
         lines += ["", "wins and losses (a ~ ratio counts as level, not as a win):", *tallies]

@@ -1,6 +1,9 @@
-"""`clforge bench [--quick] [--json] [--out DIR] [--ops OP,...]`: every part of the bench in one
-run (the throughput of the cases of some ops only, with --ops), the text printed (or the JSON
-with --json) and both written to DIR with the chart."""
+"""`clforge bench [--quick] [--json] [--out DIR] [--ops OP,...] [--untuned]`: every part of the
+bench in one run (the throughput of the cases of some ops only, with --ops), the text printed (or
+the JSON with --json) and both written to DIR with the chart. With --untuned, clforge's side is
+timed twice in every round: as tuned, and with every tuning file hidden (a dispatcher whose
+parameter lookup reads none, as `CLFORGE_TUNING=off` gives: the parameters computed for the
+device), each case's two figures back to back, which goes first alternating by round."""
 
 from __future__ import annotations
 
@@ -13,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clforge.call.dispatcher import dispatcher
+from clforge.call.dispatcher import Dispatcher, dispatcher
+from clforge.core import resources
 from clforge.core.tree import DEFAULT
+from clforge.params.lookup import ParamLookup
 from clforge.tools.bench import rounds as sides
 from clforge.tools.bench.bandwidth import Bandwidth, Copier
 from clforge.tools.bench.cases import run_cases
@@ -59,12 +64,30 @@ def commit(root: Path) -> str:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
 
 
+def untuned_dispatcher(d: Dispatcher) -> Dispatcher:
+    """A dispatcher on `d`'s runtime whose parameter lookup reads no tuning file: every call
+    runs the parameters computed for the device (overrides still apply), and variants are
+    ranked by priority, no measured crossover (what CLFORGE_TUNING=off gives every call)."""
+    return Dispatcher(d.runtime, d.profile, d.strict, ParamLookup.from_env(d.profile, ()))
+
+
+def tuning_mode(d: Dispatcher) -> dict[str, Any]:
+    """What the tuned side's figures are: tuned, or untuned where $CLFORGE_TUNING=off hides
+    every file; and the tuning files its lookup was given."""
+    on = resources.tuning_on()
+    return {
+        "clforge": "tuned" if on else f"untuned (${resources.TUNING_SWITCH_ENV}=off)",
+        "files": [str(f.path or f.device.slug) for f in d.lookup.files],
+    }
+
+
 def run_bench(
     as_json: bool = False,
     quick: bool = False,
     out_dir: Path | None = None,
     ops: Sequence[str] | None = None,
     rounds: int | None = None,
+    untuned: bool = False,
 ) -> int:
     s = QUICK if quick else FULL
     if rounds is not None:
@@ -80,16 +103,22 @@ def run_bench(
     over = bench_overhead(*s.overhead)
     pace = GenericPace(s.generic_budget_s)
     per_case: list[list[Figures]] = [[] for _ in cases]
+    bare = untuned_dispatcher(d) if untuned else None
+    per_untuned: list[list[Figures]] | None = [[] for _ in cases] if untuned else None
     per_copy: list[list[Bandwidth | None]] = [[] for _ in cases]
     processes = [PeerProcess(peer, s.peer_timeout_s) for peer in PEERS]
     per_peer: list[list[list[Outcome]]] = [[[] for _ in cases] for _ in PEERS]
 
     def ours(k: int, i: int) -> None:
         case = cases[i]
+        if bare is not None and per_untuned is not None and not sides.clforge_first(k):
+            per_untuned[i].append(time_case(bare, case, reqs[i], s.timing, pace, False))
         per_case[i].append(time_case(d, case, reqs[i], s.timing, pace, with_generic=k == 0))
         # a copy of as many bytes, right after: the same caches and the same neighbours
         nbytes = round(case.amount() * 1e9)
         per_copy[i].append(copier.measure(s.timing, nbytes) if case.memory_bound else None)
+        if bare is not None and per_untuned is not None and sides.clforge_first(k):
+            per_untuned[i].append(time_case(bare, case, reqs[i], s.timing, pace, False))
 
     def theirs(_: int, i: int) -> None:
         for j, proc in enumerate(processes):
@@ -103,12 +132,14 @@ def run_bench(
     runs = [proc.run(outcomes) for proc, outcomes in zip(processes, per_peer, strict=True)]
     progress("first call in fresh processes")
     first = bench_first_call(s.first_call_repeats)
-    rows = make_rows(cases, per_case, runs, per_copy)
+    mode = "tuned" if resources.tuning_on() else "untuned"
+    rows = make_rows(cases, per_case, runs, per_copy, per_untuned, mode)
     report: dict[str, Any] = {
         "commit": commit(DEFAULT.root),
         "device": d.profile.name,
         "platform": d.runtime.device.platform.version.strip(),
         "quick": quick,
+        "tuning": {**tuning_mode(d), "untuned": untuned},
         "timing": s.timing,
         "rounds": s.rounds,
         "round_order": sides.order(s.rounds),
