@@ -84,7 +84,14 @@ def _cast(
                 f"{op.name}: input {name!r} is a device array of dtype {arr.dtype} (shape "
                 f"{arr.shape}); the call needs it as {dtype}: convert it first"
             )
-        out[name] = call_op(caster, (arr,), {}, {}, queue)
+        try:
+            out[name] = call_op(caster, (arr,), {}, {}, queue)
+        except ClforgeError as exc:  # the caster's message names its own op and input 'x'
+            reason = str(exc).removeprefix(f"{caster}: ")
+            raise CallError(
+                f"{op.name}: input {name!r} (a device array of dtype {arr.dtype}, shape "
+                f"{arr.shape}) must become {dtype} first, which {caster} refused: {reason}"
+            ) from None
     return out
 
 
@@ -211,7 +218,8 @@ def _recipe_key(
     for a in inputs:
         if isinstance(a, cla.Array):
             parts.append((a.dtype, a.shape, a.strides, a.offset, id(a.context)))
-        elif a is None or isinstance(a, (bool, int, float)):
+        elif a is None or (isinstance(a, (bool, int, float)) and not isinstance(a, np.generic)):
+            # (np.float64 is a float, but an array to the conventions: not a value here)
             parts.append(("value", type(a), a))
         else:
             return None  # NumPy inputs are copied anyway; nothing to save
