@@ -414,3 +414,18 @@ def test_an_override_reaches_calls_on_every_queue_of_the_device() -> None:
     assert main_d.lookup.overrides.get(name) is None
     np.testing.assert_array_equal(ops.relu(x, queue=q2), np.maximum(x, 0))
     assert params_of(other) != chunked
+
+
+def test_python_explain_names_the_isa_and_the_files_passed_over() -> None:
+    import clforge
+    from clforge.device.profile import isa_text
+
+    a = rng.standard_normal((64, 64)).astype(np.float32)
+    ex = clforge.explain("matmul", a, a)
+    d = dispatcher()
+    assert ex.device_isa == (isa_text(d.profile) or "no known vector ISA")
+    assert ex.passed == d.lookup.passed  # the files this device's chain does not read
+    doc = ex.as_dict()
+    assert doc["device_isa"] == ex.device_isa
+    assert doc["tuning_passed_over"] == [{"file": f, "reason": r} for f, r in ex.passed]
+    assert all(f"tuning file passed over: {f}: {r}: not borrowed" in str(ex) for f, r in ex.passed)

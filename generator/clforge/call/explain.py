@@ -27,6 +27,7 @@ class Explanation:
     selection: Selection
     params: Choice | None
     passed: tuple[tuple[str, str], ...] = ()  # (tuning file, why it is not read for this device)
+    device_isa: str = ""  # the device's vector ISA, as explain names it
 
     @property
     def instance(self) -> str | None:
@@ -38,6 +39,7 @@ class Explanation:
         if self.params is not None:
             doc["params"] = dict(self.params.params)
             doc["params_origin"] = self.params.describe()
+        doc["device_isa"] = self.device_isa
         doc["tuning_passed_over"] = [{"file": f, "reason": why} for f, why in self.passed]
         return doc
 
@@ -69,4 +71,4 @@ def explain(
     sel = d.select(op, dtype, layouts, b.env)
     chosen = sel.chosen.instance if sel.chosen is not None else None
     params = d.params_for(d.registry.instance(chosen), b.env) if chosen else None
-    return Explanation(sel, params, d.lookup.passed)
+    return Explanation(sel, params, d.lookup.passed, d.lookup.device.isa_text)
