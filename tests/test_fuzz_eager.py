@@ -61,7 +61,7 @@ SEED = int(os.environ.get("CLFORGE_FUZZ_SEED", "0"))
 BUDGET = 4096  # elements of the largest array drawn
 
 # dtypes an op does not declare: NumPy ones clforge lacks, and clforge's own (filtered per op)
-FOREIGN = (np.int64, np.uint8, np.bool_, np.complex64, np.int16)
+FOREIGN = (np.int64, np.uint8, np.bool_, np.complex64, np.int16, ">f4", ">i4", ">f8")
 CLFORGE = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.int32}
 PRIMES = (127, 257, 521, 1031, 2053, 4093)
 
@@ -167,8 +167,8 @@ def made(canaries: Canaries, host: np.ndarray, form: str, ax: int) -> tuple[Any,
     form changes the values (one axis stretched from its first entry)."""
     if form == "plain":
         return host.copy(), host
-    if form == "numpy_scalar":
-        return host[()], host
+    if form == "numpy_scalar":  # (of the native byte order, whatever the array's)
+        return host[()], np.asarray(host[()])
     if form == "fortran":
         return np.asfortranarray(host), host
     if form == "broadcast":
@@ -200,6 +200,9 @@ def _strided(host: np.ndarray, how: str, ax: int) -> tuple[np.ndarray, tuple[sli
 
 
 def add_input(env: Env, call: Call, name: str, host: np.ndarray, *, device: bool = True) -> None:
+    if env.slip() and env.draw(st.integers(0, 3)) == 0:  # not an array at all
+        add_value(call, name, env.draw(st.sampled_from((host.tolist(), "x", None, object))))
+        return
     form, ax = form_of(env, host, device=device)
     arg, plain = made(env.canaries, host, form, ax)
     call.args.append(arg)
@@ -592,7 +595,31 @@ def draw_call(env: Env, op: OpSig) -> Call:
     call = Call(op)
     STRATEGIES[op.call](env, call)
     attr_values(env, call, CONVENTIONS[op.call].supplies(op))
+    alias(env, call)
     return call
+
+
+def alias(env: Env, call: Call) -> None:
+    """Sometimes one array passed for two arguments (add(x, x)): where two arguments could be
+    the same array (one kind, shape, dtype and strides), the later one becomes the earlier."""
+    arrays = [
+        i for i, a in enumerate(call.args) if isinstance(a, np.ndarray | cla.Array) and a.ndim
+    ]
+    same = [
+        (i, j)
+        for i in arrays
+        for j in arrays
+        if i < j
+        and type(call.args[i]) is type(call.args[j])
+        and (call.args[i].shape, call.args[i].dtype, call.args[i].strides)
+        == (call.args[j].shape, call.args[j].dtype, call.args[j].strides)
+    ]
+    if same and env.draw(st.integers(0, 2)) == 0:
+        i, j = env.draw(st.sampled_from(same), label="alias")
+        call.args[j], call.plain[j] = call.args[i], call.plain[i]
+        call.forms[j] += f" (the array of argument {i})"
+        if i in call.remake:
+            call.remake[j] = call.remake[i]
 
 
 def invoke(call: Call) -> Any:
@@ -804,3 +831,23 @@ def test_pocl_vector_pow_f64() -> None:
     if known_wrong("pow", "f64") and not np.allclose(outs[0], outs[1]):
         pytest.xfail(f"the device's pow(double8) is wrong: {outs[0]} vs scalar {outs[1]}")
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12)
+
+
+def test_one_array_for_two_arguments_does_not_poison_the_memo() -> None:
+    """A call on device arrays is memoized by the arrays' dtypes, shapes, strides and offsets;
+    learning it mapped each input to the first argument with the same buffer, so add(x, x) was
+    learned as (x, x) -> both inputs from argument 0, and a later add(y, z) returned y + y.
+    Found by the fuzzer (an array passed twice, then the same call on new arrays):
+    matmul(v, v) on 1-d device arrays, then matmul(p, q) gave p . p."""
+    q = dispatcher().runtime.queue
+
+    def dev(value: float, shape: tuple[int, ...]) -> cla.Array:
+        return cla.to_device(q, np.full(shape, value, np.float32))
+
+    x = dev(1.0, (5,))
+    assert (ops_call("add", x, x).get() == 2).all()
+    assert (ops_call("add", dev(2.0, (5,)), dev(10.0, (5,))).get() == 12).all()
+    w = cla.to_device(q, np.arange(12, dtype=np.float32).reshape(3, 4))
+    ops_call("matmul", w, w.T)  # a and b views of one buffer, b transposed
+    got = ops_call("matmul", dev(1.0, (3, 4)), dev(2.0, (3, 4)).T).get()
+    assert (got == 8).all(), got

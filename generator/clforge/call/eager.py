@@ -256,6 +256,11 @@ class Recipe:
     ) -> Recipe | None:
         if not plan.launches:
             return None
+        memory = [id(g.base_data) for g in given if isinstance(g, cla.Array)]
+        if len(set(memory)) < len(memory):
+            # two arguments share memory (add(x, x), matmul(w, w.T)): which one an input came
+            # from is ambiguous, and a replay on other arrays (same key) could bind the wrong one
+            return None
         sources = []
         for t in c.op.inputs:
             name = t.name
