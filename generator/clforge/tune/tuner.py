@@ -2,15 +2,20 @@
 device, every candidate parameter set is built, verified against the NumPy reference (a wrong
 candidate is never chosen), and timed out of process (warm-up, median of repeats); the best few
 are then raced (timed again, interleaved, so that the machine's slow spells hit them alike) and
-the race's winner is the variant's choice. Last, the winners of the op's variants at each shape
-race each other, and those times, measured side by side, are the ones selection compares (the
-crossover). The winners go to the device's tuning file. Measurements are journaled in
-clforge's cache folder, so a killed run resumes where it stopped."""
+the race's winner is the variant's choice, where it beats the default by a margin: the
+parameters a call would get with nothing tuned (the variant's device_params computed on this
+device, else the spec's), which is the first candidate of every job and runs in every race;
+where no candidate beats it by MARGIN, the entry records the default. Last, the winners of
+the op's variants at each shape race each other, and those times, measured side by side, are
+the ones selection compares (the crossover). The winners go to the device's tuning file.
+Measurements are journaled in clforge's cache folder, so a killed run resumes where it
+stopped."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -34,15 +39,20 @@ from clforge.params.database import (
     schema_hash,
 )
 from clforge.params.fingerprint import Fingerprint
+from clforge.params.lookup import ParamLookup
 from clforge.params.space import Params, ParamSpace, as_params, params_text
 from clforge.references.base import Case
-from clforge.registry.loader import Registry
+from clforge.registry.loader import Registry, guard_holds
 from clforge.registry.records import Instance
 from clforge.tune.cases import default_cases, default_layouts, full_layouts
 from clforge.tune.pool import WorkerPool
 
 EXHAUSTIVE = 32  # spaces up to this size are searched exhaustively; larger ones sampled
-FINALISTS = 3  # the best candidates of each job race each other (and the spec defaults)
+FINALISTS = 3  # the best candidates of each job race each other (and the default)
+# a tuned set is written only where it is at least this much faster than the default in their
+# race (3%: above the spread of a race's medians on these shared machines, below any gain worth
+# a tuning entry); else the entry records the default
+MARGIN = 0.03
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,7 @@ class Tuned:
     timed: dict[Params, float]
     chosen: Params
     final_us: float
+    default: Params = ()  # what a call gets with nothing tuned (default_params)
 
 
 @dataclass
@@ -90,6 +101,8 @@ class Report:
     skipped: int = 0  # candidates left out when the budget ran out
     path: Path | None = None  # the file written (the first, when entries went to several trees)
     paths: list[Path] = field(default_factory=list)  # every file written
+    # (instance, bucket) of the entries that record the default: no candidate beat it by MARGIN
+    defaults_kept: set[tuple[str, str]] = field(default_factory=set)
 
 
 def plan_jobs(
@@ -99,16 +112,20 @@ def plan_jobs(
     dtypes: Iterable[str],
     cases: Mapping[str, tuple[Case, ...]] | None = None,
     layouts: Mapping[str, tuple[Mapping[str, str], ...]] | None = None,
+    *,
+    first_layouts_only: bool = False,
 ) -> list[Job]:
     """The instances the device would consider (target, requirements and guard accepted) with
     parameters to tune, at each tuning shape of their op, in each layout combination: the
-    first layouts and the op's defaults (:func:`~clforge.tune.cases.default_layouts`), plus
-    those `layouts` gives for it."""
+    first layouts and the op's defaults (:func:`~clforge.tune.cases.default_layouts`; only the
+    first with `first_layouts_only`), plus those `layouts` gives for it."""
     jobs: list[Job] = []
     wanted = set(dtypes)
     for name in ops:
         op = reg.op(name)
         combos = [full_layouts(op, c) for c in default_layouts(op)]
+        if first_layouts_only:
+            combos = combos[:1]
         for extra in (layouts or {}).get(name, ()):
             full = full_layouts(op, extra)
             if full not in combos:
@@ -142,16 +159,41 @@ def plan_jobs(
     return jobs
 
 
-def _search(job: Job, profile: DeviceProfile) -> list[Params]:
-    """The candidates of a job, the spec defaults first: all of a small space, else a sample
-    in a fixed pseudo-random order (the budget decides how far it gets)."""
+def default_params(reg: Registry, profile: DeviceProfile, job: Job) -> Params:
+    """What a call at the job's shape runs with where nothing is tuned: the variant's
+    device_params computed on this device (the lookup with no tuning file), else the spec
+    defaults; the spec defaults too where the computed set's guard fails at this shape (as the
+    dispatcher does)."""
+    params = ParamLookup(profile).choose(job.inst, dict(job.dims)).params
+    env = {**dict(job.dims), **int_attrs(reg.op(job.inst.op), dict(job.attrs))}
+    if params and not guard_holds(reg, job.inst, env, dict(params)):
+        return as_params(job.inst.param_map)
+    return params
+
+
+def candidates(
+    job: Job, profile: DeviceProfile, default: Params, nearest: int | None = None
+) -> list[Params]:
+    """The candidates of a job: the default first, then the spec defaults, then the rest of the
+    space: all of a small one, else a sample in a fixed pseudo-random order (the budget decides
+    how far it gets); or, with `nearest` (a quick tune), only the `nearest` points closest to
+    the default (:func:`distance`)."""
     space = ParamSpace(job.inst)
     points = list(space.candidates(profile))
-    if len(points) <= EXHAUSTIVE:
-        return points
-    rest = points[1:]
-    random.Random(job.inst.name).shuffle(rest)
-    return [points[0], *rest]
+    head = [default, *(p for p in points[:1] if p != default)]
+    rest = [p for p in points[1:] if p != default]
+    if nearest is not None:
+        return head + sorted(rest, key=lambda p: distance(p, default))[:nearest]
+    if len(points) > EXHAUSTIVE:
+        random.Random(job.inst.name).shuffle(rest)
+    return head + rest
+
+
+def distance(params: Params, default: Params) -> float:
+    """How far a parameter set is from the default: the sum over parameters of the distance in
+    powers of two (tunables are mostly powers of two: 8 is as near 16 as 32 is)."""
+    d = dict(default)
+    return sum(abs(math.log2(max(v, 1)) - math.log2(max(d.get(k, v), 1))) for k, v in params)
 
 
 class Journal:
@@ -200,11 +242,15 @@ def tune(
     out: Path | None = None,
     catch_all: bool = True,
     clock: Callable[[], float] = time.monotonic,
+    nearest: int | None = None,
+    finalists: int = FINALISTS,
 ) -> Report:
     """Measure every job's candidates (within the budget) and write the device's tuning file
     (`out`, default tuning/<device>.yaml in the tree), merged with what it held. `catch_all`
     false (a run at shapes the user picked, not the representative ones): the catch-all
-    entries the file holds stay, since this run's few shapes would not stand for every other."""
+    entries the file holds stay, since this run's few shapes would not stand for every other.
+    `nearest` (a quick tune): each job's default, the spec defaults and only that many of the
+    points nearest the default (:func:`candidates`); `finalists`: how many race the default."""
     me = Fingerprint.of(profile)
     folder = private_dir("tune")
     journal_path = folder / f"{me.slug}.jsonl" if folder is not None else None
@@ -219,13 +265,16 @@ def tune(
         # breadth first: every job's first candidate (the spec defaults), then every job's
         # second, ..., so that a budget that runs out leaves each job its best few so far
         # rather than the first jobs exhausted and the rest untouched
-        searches = [_search(job, profile) for job in jobs]
+        defaults = [default_params(reg, profile, job) for job in jobs]
+        searches = [
+            candidates(job, profile, d, nearest) for job, d in zip(jobs, defaults, strict=True)
+        ]
         timings: list[dict[Params, float]] = [{} for _ in jobs]
         for depth in range(max(map(len, searches), default=0)):
-            for job, candidates, timed in zip(jobs, searches, timings, strict=True):
-                if depth >= len(candidates):
+            for job, search, timed in zip(jobs, searches, timings, strict=True):
+                if depth >= len(search):
                     continue
-                params = candidates[depth]
+                params = search[depth]
                 # what the journal holds costs nothing: a later run with a smaller budget
                 # still sees every candidate an earlier one measured
                 spent = clock() - start > budget_s
@@ -241,23 +290,26 @@ def tune(
                     report.rejected.append(
                         (job.inst.name, params_text(params), str(res.get("problem")))
                     )
-        for job, timed in zip(jobs, timings, strict=True):
-            finalists = sorted(timed, key=timed.__getitem__)[:FINALISTS]
-            defaults = as_params(job.inst.param_map)
-            if defaults in timed and defaults not in finalists:
-                finalists.append(defaults)  # so that the entry's speedup is side by side too
-            if len(finalists) > 1:
-                runners = [(job.inst, p) for p in finalists]
+        for job, timed, base in zip(jobs, timings, defaults, strict=True):
+            racing = sorted(timed, key=timed.__getitem__)[:finalists]
+            if base in timed and base not in racing:
+                racing.append(base)  # the winner must beat it side by side
+            if len(racing) > 1:
+                runners = [(job.inst, p) for p in racing]
                 raced = _race(pool, journal, report, job, runners, repeats)
-                for params, us in zip(finalists, raced, strict=True):
+                for params, us in zip(list(racing), raced, strict=True):
                     if us is None:  # it failed this time (a crash, a hang): never chosen
                         timed.pop(params)
-                        finalists.remove(params)
+                        racing.remove(params)
                     else:
                         timed[params] = us
-            if finalists:
-                chosen = min(finalists, key=timed.__getitem__)
-                results.append(Tuned(job, timed, chosen, timed[chosen]))
+            if racing:
+                chosen = min(racing, key=timed.__getitem__)
+                if base in racing and not beats(timed[chosen], timed[base]):
+                    chosen = base  # not worth an entry of its own: the default stands
+                if chosen == base:
+                    report.defaults_kept.add((job.inst.name, job.bucket))
+                results.append(Tuned(job, timed, chosen, timed[chosen], base))
         _race_variants(pool, journal, report, results, repeats)
     finally:
         pool.close()
@@ -347,16 +399,24 @@ def _race_variants(
                 t.final_us = us
 
 
+def beats(tuned_us: float, default_us: float, margin: float = MARGIN) -> bool:
+    """Whether a tuned set's time beats the default's by `margin` (a fraction of the default's):
+    what earns it an entry of its own."""
+    return tuned_us <= default_us * (1 - margin)
+
+
 def _entries(results: Iterable[Tuned]) -> list[Entry]:
-    """One entry per instance and bucket (the winner of its race, which the spec defaults join;
-    its time from the race among the op's variants where there was one, and the defaults' in
-    proportion), and per instance a catch-all: the parameters with the best geometric mean
-    speedup over every shape it was measured at (among those measured at all of them)."""
+    """One entry per instance and bucket (the winner of its race, which the default joins, or
+    the default where the winner does not beat it by MARGIN; its time from the race among the
+    op's variants where there was one, and the default's in proportion), and per instance a
+    catch-all: the parameters with the best geometric mean speedup over the default at every
+    shape it was measured at (among those measured at all of them), or the default where that
+    speedup is under MARGIN."""
     entries: list[Entry] = []
-    by_inst: dict[str, list[tuple[Job, Mapping[Params, float]]]] = {}
+    by_inst: dict[str, list[tuple[Tuned, Mapping[Params, float]]]] = {}
     for t in results:
         job, timed = t.job, t.timed
-        defaults = as_params(job.inst.param_map)
+        defaults = t.default
         entries.append(
             Entry(
                 instance=job.inst.name,
@@ -373,25 +433,24 @@ def _entries(results: Iterable[Tuned]) -> list[Entry]:
                 tried=len(timed),
             )
         )
-        by_inst.setdefault(job.inst.name, []).append((job, timed))
+        by_inst.setdefault(job.inst.name, []).append((t, timed))
     for name, runs in by_inst.items():
         common = set.intersection(*(set(t) for _, t in runs))
-        inst = runs[0][0].inst
-        defaults = as_params(inst.param_map)
-        if not common or defaults not in common:
+        inst = runs[0][0].job.inst
+        if not common or any(r.default not in t for r, t in runs):
             continue
 
-        def score(
-            p: Params,
-            runs: list[tuple[Job, Mapping[Params, float]]] = runs,
-            defaults: Params = defaults,
-        ) -> float:
+        def score(p: Params, runs: list[tuple[Tuned, Mapping[Params, float]]] = runs) -> float:
             prod = 1.0
-            for _, t in runs:
-                prod *= t[p] / t[defaults]
+            for r, t in runs:
+                prod *= t[p] / t[r.default]
             return prod ** (1 / len(runs))
 
         best = min(sorted(common), key=score)
+        # the default a call of any shape gets (the guard may send one shape to the spec's)
+        usual = runs[0][0].default
+        if score(best) > 1 - MARGIN and usual in common:
+            best = usual
         entries.append(
             Entry(
                 instance=name,
@@ -419,4 +478,15 @@ def stale_entries(reg: Registry, files: Iterable[TuningFile]) -> list[tuple[str,
     return out
 
 
-__all__ = ["Job", "Report", "files_for", "plan_jobs", "stale_entries", "tune"]
+__all__ = [
+    "MARGIN",
+    "Job",
+    "Report",
+    "beats",
+    "candidates",
+    "default_params",
+    "files_for",
+    "plan_jobs",
+    "stale_entries",
+    "tune",
+]
