@@ -243,3 +243,19 @@ def test_a_quick_tune_of_one_small_shape_writes_to_the_users_folder(tmp_path: Pa
     assert "quick tune: " in done.stdout and "relu " in done.stdout
     assert f"tuning file: {path}" in done.stdout
     assert {q.name: q.read_bytes() for q in DEFAULT.tuning.glob("*.yaml")} == shipped
+
+
+def test_explain_says_when_a_quick_tune_would_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    from clforge.params.lookup import Choice
+    from clforge.tools.cli import _tuning_hint
+
+    params = (("CHUNK", 4096),)
+    here = Choice(params, "tuned on this device (exact shape)")
+    borrowed = Choice(params, "tuned on the nearest device of this vendor, type and vector ISA")
+    computed = Choice(params, "computed from the device's properties; nothing tuned applies")
+    assert _tuning_hint(here, True) is None and _tuning_hint(borrowed, False) is None
+    assert _tuning_hint(Choice(params, "override"), True) is None
+    assert "borrowed here: `clforge tune --quick`" in (_tuning_hint(borrowed, True) or "")
+    assert "not tuned here: `clforge tune --quick`" in (_tuning_hint(computed, True) or "")
+    monkeypatch.setenv("CLFORGE_TUNING", "off")
+    assert "hidden ($CLFORGE_TUNING=off)" in (_tuning_hint(computed, False) or "")

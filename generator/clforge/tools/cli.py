@@ -12,6 +12,7 @@ from clforge.core.tree import DEFAULT, Tree
 from clforge.errors import ClforgeError, ExtensionError, SpecError, StaleError, UsageError
 
 if TYPE_CHECKING:
+    from clforge.params.lookup import Choice
     from clforge.registry.loader import Registry
     from clforge.registry.records import OpSig
 
@@ -404,6 +405,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     choice = None
     if sel.chosen and sel.chosen.instance:
         choice = lookup.choose(reg.instance(sel.chosen.instance), dims)
+    hint = _tuning_hint(choice, args.device.strip() == "auto")
     if args.json:
         # the selection's env holds the int attributes too (guards read them): apart here
         doc = sel.as_dict() | {"dims": dims, "attrs": attrs}
@@ -412,6 +414,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         if choice is not None:
             doc["params"] = dict(choice.params)
             doc["params_origin"] = choice.describe()
+            doc["tuning_hint"] = hint
             doc["steps"] = [
                 {"name": s.name, "kernel": s.kernel, "reads": s.reads, "writes": s.writes}
                 for s in reg.instance(sel.chosen.instance).steps  # type: ignore[union-attr, arg-type]
@@ -430,6 +433,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
             lines.insert(-1, f"  params of the chosen instance: {choice.describe()}")
         for line in lookup.passed_over():
             lines.insert(-1, f"  tuning file passed over: {line}")
+        if hint:
+            lines.insert(-1, f"  {hint}")
         unset = [d for d in op.dims if d not in dims]
         if dims and unset:
             lines.insert(
@@ -439,6 +444,24 @@ def cmd_explain(args: argparse.Namespace) -> int:
             )
         print("\n".join(lines))
     return 0 if sel.chosen else 1
+
+
+def _tuning_hint(choice: Choice | None, this_device: bool) -> str | None:
+    """What explain adds where the chosen parameters were not tuned on the present device: that
+    the tuning files are hidden, or that a quick tune would measure them here."""
+    from clforge.core import resources
+
+    if not resources.tuning_on():
+        return "tuning files hidden ($CLFORGE_TUNING=off): the parameters computed for the device"
+    if choice is None or not this_device or not choice.params:
+        return None
+    if choice.origin == "override" or choice.origin.startswith("tuned on this device"):
+        return None
+    how = "borrowed" if choice.origin.startswith("tuned on") else "not tuned"
+    return (
+        f"these parameters are {how} here: `clforge tune --quick` tunes the core ops on this "
+        "device in a few minutes (docs/tuning.md)"
+    )
 
 
 def _positive_int(text: str) -> int:
