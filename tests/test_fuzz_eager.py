@@ -22,10 +22,12 @@ dtypes, inputs (optional, fixed-dtype, broadcast), attributes (name, type, defau
 reference's input domains come from its signature and reference. Index inputs (embedding,
 take_along_axis) get in-range values from their domain ("index_of:DIM"), sometimes out-of-range.
 
-The normal run is derandomized (a fixed sequence) with EXAMPLES examples per op; a longer run:
-`CLFORGE_FUZZ_EXAMPLES=2000 .venv/bin/pytest -q tests/test_fuzz_eager.py` (any count; the
-sequence is still fixed: set CLFORGE_FUZZ_SEED to an integer to draw another one). Failing
-examples that were found are kept as plain regression tests at the end of the module.
+Runs are reproducible: each op has its own fixed seed (@seed, from its name; no example
+database), EXAMPLES examples per op in the normal run. A longer run:
+`CLFORGE_FUZZ_EXAMPLES=2000 .venv/bin/pytest -q tests/test_fuzz_eager.py`; another sequence:
+CLFORGE_FUZZ_SEED=<int>; CLFORGE_FUZZ_STATS=1 (with -s) prints per op how many calls were
+checked, refused (and why) or replayed warm. Failing examples that were found are kept as plain
+regression tests at the end of the module.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from __future__ import annotations
 import math
 import os
 import traceback
+import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,7 +59,7 @@ from clforge.tune.verify import mismatch
 from .fuzz_support import Canaries, model
 
 REG = registry_mod.default()
-EXAMPLES = int(os.environ.get("CLFORGE_FUZZ_EXAMPLES", "14"))
+EXAMPLES = int(os.environ.get("CLFORGE_FUZZ_EXAMPLES", "80"))  # ~35-45 s in all here
 SEED = int(os.environ.get("CLFORGE_FUZZ_SEED", "0"))
 BUDGET = 4096  # elements of the largest array drawn
 
@@ -156,8 +159,8 @@ def form_of(env: Env, host: np.ndarray, *, device: bool = True) -> tuple[str, in
     forms = device_forms if env.on_device and device else HOST_FORMS + device_forms
     if host.ndim == 0:
         forms = ("device",) if env.on_device and device else ("plain", "numpy_scalar", "device")
-    if host.ndim >= 2 and device:
-        forms += ("device_transposed",)
+    if host.ndim >= 2:
+        forms += ("swapped",) + (("device_transposed", "device_swapped") if device else ())
     form = env.draw(st.sampled_from(forms), label="form")
     return form, env.draw(st.integers(0, host.ndim - 1)) if host.ndim else 0
 
@@ -177,6 +180,12 @@ def made(canaries: Canaries, host: np.ndarray, form: str, ax: int) -> tuple[Any,
         return b, np.array(b, order="C")
     if form == "device_transposed":
         return canaries.device(host.T, "a transposed device input").T, host
+    if form.endswith("swapped"):  # the last two axes swapped in memory (batched col-major)
+        perm = (*range(host.ndim - 2), host.ndim - 1, host.ndim - 2)
+        storage = np.transpose(host, perm).copy()
+        if form == "swapped":
+            return np.transpose(storage, perm), host
+        return canaries.device(storage, "a swapped device input").transpose(perm), host
     storage, view = _strided(host, form.removeprefix("device_"), ax)
     if not form.startswith("device"):
         return storage[view], host
@@ -195,13 +204,13 @@ def _strided(host: np.ndarray, how: str, ax: int) -> tuple[np.ndarray, tuple[sli
         pad = np.concatenate([np.take(host, [0], axis=ax) if host.shape[ax] else host, host], ax)
         if not host.shape[ax]:
             pad = np.zeros((*host.shape[:ax], 1, *host.shape[ax + 1 :]), host.dtype)
-        return pad, (*pre, slice(1, None))
+        return pad.astype(host.dtype), (*pre, slice(1, None))  # (concatenate: native order)
     return host.copy(), (slice(None),) * host.ndim  # "device": plain
 
 
 def add_input(env: Env, call: Call, name: str, host: np.ndarray, *, device: bool = True) -> None:
     if env.slip() and env.draw(st.integers(0, 3)) == 0:  # not an array at all
-        add_value(call, name, env.draw(st.sampled_from((host.tolist(), "x", None, object))))
+        add_value(call, name, env.draw(st.sampled_from((host.tolist(), "x", None, object, 2.5))))
         return
     form, ax = form_of(env, host, device=device)
     arg, plain = made(env.canaries, host, form, ax)
@@ -218,6 +227,10 @@ def add_value(call: Call, name: str, value: Any) -> None:
 
 
 def number(env: Env, dt: np.dtype) -> int | float:
+    """A Python number (NumPy's weak scalar) beside arrays of `dt`; in a hostile call also
+    ones that overflow the dtype or are not finite."""
+    if env.slip():
+        return env.draw(st.sampled_from((2**31, -(2**31) - 1, 1e300, math.nan, -math.inf, 70000)))
     if dt.kind in "iub" or env.draw(st.booleans()):
         return int(env.draw(st.sampled_from((1, 2, -3, 0, 7))))
     return float(env.draw(st.sampled_from((0.5, -1.25, 2.0, 3.0, 1e-3))))
@@ -391,7 +404,7 @@ def pool2d(env: Env, call: Call) -> None:
     op = call.op
     (t,) = op.inputs
     names = {p.name for p in CONVENTIONS[op.call].params(op)}
-    kernel = _pair_or_int(env, 1, 4, (None, 0))
+    kernel = _pair_or_int(env, 1, 4, (None, 0, 2**31, (2, 2**40)))
     call.kwargs["kernel_size"] = kernel
     lo = _windows(env, call, _hw(kernel))
     if env.draw(st.booleans()):
@@ -520,13 +533,15 @@ def along_axis(env: Env, call: Call) -> None:
 
 
 def index(env: Env, call: Call, name: str, shp: tuple[int, ...], lo: int, hi: int) -> None:
-    """An index array of `shp` with values in [lo, hi), sometimes one out of range; i32 mostly,
-    other integer dtypes (converted once checked) and wrong ones."""
-    dt = np.dtype(env.pick((np.int32, np.int32, np.int64, np.int16), (np.float32, np.bool_)))
+    """An index array of `shp` with values in [lo, hi), sometimes one out of range (a CallError
+    for NumPy indices; device ones are clamped by the kernels); i32 mostly, other integer
+    dtypes (converted once checked; device indices must be i32) and wrong ones."""
+    ints = (np.int32,) * 3 + ((np.int64,) if env.on_device else (np.int64, np.int16))
+    dt = np.dtype(env.pick(ints, (np.float32, np.bool_, np.int16)))
     host = env.rng.integers(lo, max(hi, lo + 1), size=shp)
     if dt == np.int16:
         host = np.clip(host, -(2**15), 2**15 - 1)
-    if host.size and env.slip():
+    if host.size and (env.slip() or (env.on_device and env.draw(st.integers(0, 3)) == 0)):
         host.flat[env.draw(st.integers(0, host.size - 1))] = env.draw(
             st.sampled_from((hi, lo - 1, 2**31 - 1, -(2**31)))
         )
@@ -614,12 +629,30 @@ def alias(env: Env, call: Call) -> None:
         and (call.args[i].shape, call.args[i].dtype, call.args[i].strides)
         == (call.args[j].shape, call.args[j].dtype, call.args[j].strides)
     ]
-    if same and env.draw(st.integers(0, 2)) == 0:
+    if same and env.draw(st.integers(0, 1 if env.on_device else 3)) == 0:
         i, j = env.draw(st.sampled_from(same), label="alias")
         call.args[j], call.plain[j] = call.args[i], call.plain[i]
         call.forms[j] += f" (the array of argument {i})"
         if i in call.remake:
             call.remake[j] = call.remake[i]
+        return
+    # or the transpose of another argument's array (matmul(w, w.T))
+    flipped = [
+        (i, j)
+        for i in arrays
+        for j in arrays
+        if i != j
+        and call.args[i].ndim >= 2
+        and isinstance(call.args[i], cla.Array)
+        and call.args[i].flags.c_contiguous
+        and call.args[j].shape == call.args[i].shape[::-1]
+        and call.args[j].dtype == call.args[i].dtype
+    ]
+    if flipped and env.draw(st.integers(0, 2)) == 0:
+        i, j = env.draw(st.sampled_from(flipped), label="alias transposed")
+        call.args[j], call.plain[j] = call.args[i].T, call.plain[i].T.copy()
+        call.forms[j] = call.forms[j].split(":")[0] + f": argument {i}'s array transposed"
+        call.remake[j] = ("device_transposed", 0)
 
 
 def invoke(call: Call) -> Any:
@@ -684,9 +717,15 @@ def expect_right_or_refused(call: Call, canaries: Canaries, *, warm: bool = Fals
         if os.environ.get("CLFORGE_FUZZ_STATS"):
             print(f"  {'; '.join(call.forms)} {call.kwargs}: {message[:150]}")
         return "refused"
+    outcome = "ok"
     if wanted is not None:
         assert call.index_on_device, f"{op}: accepted a call the model refuses ({wanted})"
-        return "unchecked"
+        # device indices are not read on the host: the kernels clamp them, as documented
+        try:
+            want = model(REG, op, clamped(call), call.kwargs)
+        except ClforgeError:
+            return "unchecked"
+        outcome = "ok, indices clamped"
     assert want is not None
     outs = got if isinstance(got, tuple) else (got,)
     # NumPy in, NumPy out; device arrays in (with numbers or nothing else), device arrays out
@@ -702,7 +741,21 @@ def expect_right_or_refused(call: Call, canaries: Canaries, *, warm: bool = Fals
         if problem is not None and known_wrong(op, dtype):
             return "known wrong"
         assert problem is None, problem
-    return "ok"
+    return outcome
+
+
+def clamped(call: Call) -> list[Any]:
+    """The model's arguments with device indices as the kernels take them (docs/calling.md):
+    embedding's clamped into [0, V - 1]; take_along_axis's negative ones counted from the end,
+    then clamped into the axis."""
+    plain = list(call.plain)
+    if call.op.call == "embedding":
+        plain[0] = np.clip(plain[0], 0, max(0, np.shape(plain[1])[0] - 1))
+    elif call.op.call == "along_axis":
+        x, ind, axis = plain[0], plain[1], call.kwargs.get("axis", -1)
+        n = np.size(x) if axis is None else np.shape(x)[axis]
+        plain[1] = np.clip(np.where(ind < 0, ind + n, ind), 0, max(0, n - 1)).astype(ind.dtype)
+    return plain
 
 
 def known_wrong(op: str, dtype: str) -> bool:
@@ -715,7 +768,7 @@ def known_wrong(op: str, dtype: str) -> bool:
 
 FUZZ = settings(
     max_examples=EXAMPLES,
-    derandomize=SEED == 0,
+    derandomize=False,  # each op its own fixed seed instead (@seed): one sequence per op
     deadline=None,
     database=None,
     print_blob=False,
@@ -733,7 +786,7 @@ def test_eager_call_is_right_or_refused(name: str, canaries: Canaries) -> None:
     op = REG.op(name)
 
     @FUZZ
-    @seed(SEED)
+    @seed(zlib.crc32(name.encode()) + SEED)
     @given(data=st.data(), values_seed=st.integers(0, 2**32 - 1))
     def run(data: Any, values_seed: int) -> None:
         canaries.forget()
@@ -743,7 +796,7 @@ def test_eager_call_is_right_or_refused(name: str, canaries: Canaries) -> None:
         call = draw_call(env, op)
         outcome = expect_right_or_refused(call, canaries)
         OUTCOMES.setdefault(name, Counter())[outcome] += 1
-        warm = again(call, env.rng, canaries) if outcome == "ok" else None
+        warm = again(call, env.rng, canaries) if outcome.startswith("ok") else None
         if warm is not None:
             OUTCOMES[name]["warm " + expect_right_or_refused(warm, canaries, warm=True)] += 1
 
