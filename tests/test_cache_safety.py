@@ -365,6 +365,20 @@ class _Index(_Kind):
         return (f.device, f.entries)
 
 
+class _Folder(_Kind):
+    name, suffix = "index of a tuning folder", ".tuning-folder"
+
+    def use(self) -> object:
+        from clforge.params.database import load_folder
+
+        folder = self.cache.parent / "tuning"
+        if not folder.is_dir():
+            folder.mkdir()
+            shipped = Path(__file__).parents[1] / "tuning" / "pocl-icelake-client-07c8ba99.yaml"
+            (folder / shipped.name).write_bytes(shipped.read_bytes())
+        return [(f.device, f.entries) for f in load_folder(folder)]
+
+
 class _Journal(_Kind):
     name, suffix = "tuner's journal", ".jsonl"
 
@@ -390,6 +404,7 @@ def kinds(tmp_path: Path, monkeypatch, runtime) -> dict[str, _Kind]:
         _Template(cache),
         _Stamp(cache),
         _Index(cache),
+        _Folder(cache),
         _Journal(cache),
     ]
     (cache / "tune").mkdir(parents=True, mode=0o700)
@@ -397,7 +412,9 @@ def kinds(tmp_path: Path, monkeypatch, runtime) -> dict[str, _Kind]:
 
 
 @pytest.mark.parametrize("how", DAMAGE)
-@pytest.mark.parametrize("suffix", [".bin", ".jinja", ".stamp", ".index", ".jsonl"])
+@pytest.mark.parametrize(
+    "suffix", [".bin", ".jinja", ".stamp", ".index", ".tuning-folder", ".jsonl"]
+)
 def test_a_damaged_entry_is_removed_with_one_warning_and_rebuilt(
     kinds: dict[str, _Kind], suffix: str, how: str
 ) -> None:

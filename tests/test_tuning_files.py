@@ -5,6 +5,7 @@ traceback. Reading them is fast: libyaml's loader, an index of parsed files in t
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import warnings
@@ -127,13 +128,16 @@ def test_a_damaged_user_tuning_file_is_skipped_with_one_located_warning_or_still
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         files = load_folder(folder)  # never raises
-    assert len(caught) == len(files) == 0 or len(caught) + len(files) == 1
-    if caught:
+        entries = [f.entries for f in files]  # nor does asking for the entries
+    assert len(caught) <= 1, [str(w.message) for w in caught]
+    if caught:  # skipped: at once, or its entries when asked for
         assert issubclass(caught[0].category, ClforgeWarning)
         said = str(caught[0].message)
         assert "skipped a tuning file" in said and str(path) in said
+        assert entries in ([], [()])
     else:  # damage a YAML file cannot see (cut at an entry's end, a changed value): still valid
-        for e in files[0].entries:
+        assert len(files) == 1
+        for e in entries[0]:
             assert e.instance and e.bucket and all(isinstance(v, int) for _, v in e.params)
 
 
@@ -142,3 +146,52 @@ def test_a_damaged_file_a_command_reads_is_a_located_error(tmp_path: Path) -> No
     path.write_text(GOOD.replace("  bucket: ", "  bucket: {", 1), encoding="utf-8")
     with pytest.raises(TuningError, match=rf"^{re.escape(str(path))}:\d+:\d+: "):
         load(path)
+
+
+def _other_device(text: str) -> str:
+    return text.replace("  vendor: pocl", "  vendor: somebody else", 1)
+
+
+def test_a_folder_is_read_from_its_index_and_entries_only_when_asked_for(tmp_path: Path) -> None:
+    folder = tmp_path / "tuning"
+    folder.mkdir()
+    (folder / "a.yaml").write_text(GOOD, encoding="utf-8")
+    (folder / "b.yaml").write_text(_other_device(GOOD), encoding="utf-8")
+    first = load_folder(folder)  # a first look: devices from the heads, nothing parsed whole
+    assert [("entries" in f.__dict__) for f in first] == [False, False]
+    assert first[0].entries == parse(GOOD, "x").entries  # parsed now, and indexed
+    index = list((tmp_path / "cache" / "tuning-index").glob("*.tuning-folder"))
+    assert len(index) == 1
+    again = load_folder(folder)
+    assert [f.device for f in again] == [f.device for f in first]
+    assert again[0].entries == first[0].entries
+    assert again[1].entries == parse(_other_device(GOOD), "x").entries
+
+
+def test_a_file_changed_behind_the_index_is_read_again(tmp_path: Path) -> None:
+    folder = tmp_path / "tuning"
+    folder.mkdir()
+    path = folder / "a.yaml"
+    path.write_text(GOOD, encoding="utf-8")
+    assert len(load_folder(folder)[0].entries) > 2
+    st = path.stat()
+    # the same size and modification time, other entries: only the change time (and the hash)
+    # tell; a file changed this close to the index's writing is hashed again anyway
+    edited = GOOD.replace("  bucket: '*'", "  bucket: '+'", 1)
+    assert len(edited) == len(GOOD)
+    path.write_text(edited, encoding="utf-8")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    (f,) = load_folder(folder)
+    assert "+" in {e.bucket for e in f.entries}
+
+
+def test_a_file_whose_entries_are_broken_is_skipped_when_they_are_asked_for(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "tuning"
+    folder.mkdir()
+    path = folder / "a.yaml"
+    path.write_text(GOOD.replace("    VW: 16", "    VW: x", 1), encoding="utf-8")
+    (f,) = load_folder(folder)  # its head is fine
+    with pytest.warns(ClforgeWarning, match=rf"skipped a tuning file: {re.escape(str(path))}:\d+"):
+        assert f.entries == ()

@@ -4,12 +4,15 @@ files. An entry is keyed by instance (op, variant, dtype, layouts) and shape buc
 carries the hash of what it measured (the instance's rendered source and parameter schema), so
 an entry for a changed kernel is stale: reported, never used.
 
-Reading stays fast however many device files there are: a file is parsed with libyaml's loader
-(PyYAML's own, 15-40x slower, only where libyaml is missing or finds fault, to report where),
-what it holds is kept in clforge's cache folder under the SHA-256 of its bytes (through the
-checked envelope, core/envelope.py), and a file's entries are only read when the lookup asks for
-them, which it does for the files of devices it can use. A file that is not a valid tuning file
-gives a located error (file:line:col, what is wrong); the lookup skips it with a warning."""
+Reading stays fast however many device files there are. A folder's index in clforge's cache
+folder (through the checked envelope, core/envelope.py) records each file's status (size, times,
+inode), the SHA-256 of its bytes and its device: a file whose status has not changed is not read
+at all. A file it does not know is read and hashed and its device taken from its head; its
+entries are parsed (with libyaml's loader; PyYAML's own, 15-40x slower, only where libyaml is
+missing or finds fault, to say where) only when the lookup asks for them, which it does for the
+files of devices it can use, and kept in the cache under that hash. A file that is not a valid
+tuning file gives a located error (file:line:col, what is wrong); the lookup skips it with a
+warning. tools/bench_tuning_lookup.py times this with 100 device files."""
 
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,7 +34,7 @@ import yaml
 from clforge import __version__
 from clforge.core import envelope
 from clforge.core.atomic_file import atomic_write
-from clforge.core.cache_dir import CacheError, private_dir
+from clforge.core.cache_dir import CACHE_ENV, CacheError, private_dir
 from clforge.core.located_yaml import YamlProblem, load_yaml, locate
 from clforge.errors import ClforgeError, ClforgeWarning
 from clforge.params.fingerprint import VECTOR_KEYS, Fingerprint
@@ -318,11 +323,22 @@ _CODE = envelope.digest(
 )
 
 
+_FOLDER_KIND = "tuning-folder"
+# a file changed this close to (or after) the moment the folder's index was written may have
+# changed without its size, times or inode showing it (git's "racy" entries): it is hashed again
+_RACY_NS = 2_000_000_000
+_index_folders: dict[tuple[str, str], Path | None] = {}
+
+
 def _index_folder() -> Path | None:
-    try:
-        return private_dir("tuning-index")
-    except CacheError:  # reported where code or binaries would be loaded; data parses anyway
-        return None
+    """The cache's folder of parsed tuning files (checked once a process), or None."""
+    key = (os.environ.get("CLFORGE_CACHE", ""), os.environ.get(CACHE_ENV, ""))
+    if key not in _index_folders:
+        try:
+            _index_folders[key] = private_dir("tuning-index")
+        except CacheError:  # reported where code or binaries would be loaded; data parses anyway
+            _index_folders[key] = None
+    return _index_folders[key]
 
 
 def _pack_index(f: TuningFile) -> bytes:
@@ -341,50 +357,177 @@ def _entries_of(rows: bytes) -> tuple[Entry, ...]:
     )
 
 
-def _from_index(data: bytes, path: Path) -> TuningFile | None:
-    head, _, rows = data.partition(b"\n")
-    try:
-        device = _device(json.loads(head), lambda keys: str(path))
-    except (ValueError, TuningError):  # intact, so written by a clforge of another format
+def _indexed(folder: Path, digest: str) -> tuple[dict[str, Any], bytes] | None:
+    """The device and the packed entries of a parsed file of this hash, if the index has it."""
+    entry = folder / f"{digest}.index"
+    origin = envelope.digest(_CODE, digest)
+    status, packed = envelope.read(entry, _INDEX_KIND, origin, "the parsed copy of a tuning file")
+    if status is not envelope.Status.OK:
         return None
-    return TuningFile(device, path=path, lazy=lambda: _entries_of(rows))
+    head, _, rows = packed.partition(b"\n")
+    try:
+        device = json.loads(head)
+    except ValueError:  # intact, so written by a clforge of another format: never seen
+        return None
+    return (device, rows) if isinstance(device, dict) else None
+
+
+def _read(path: Path) -> tuple[bytes, str]:
+    try:
+        data = path.read_bytes()
+        return data, data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TuningError(f"{path}: cannot read: {exc}") from None
+
+
+def _load(path: Path, read: tuple[bytes, str] | None = None) -> tuple[TuningFile, str]:
+    """The tuning file at `path` (its bytes and text, when already read) and the SHA-256 of
+    its bytes."""
+    data, text = read or _read(path)
+    digest = hashlib.sha256(data).hexdigest()
+    folder = _index_folder()
+    if folder is None:
+        return replace(parse(text, str(path)), path=path), digest
+    found = _from_index(path, _indexed(folder, digest))
+    if found is not None:
+        return found, digest
+    parsed = replace(parse(text, str(path)), path=path)
+    with contextlib.suppress(OSError):  # a read-only cache: parse again next time
+        entry = folder / f"{digest}.index"
+        envelope.write(entry, _INDEX_KIND, envelope.digest(_CODE, digest), _pack_index(parsed))
+    return parsed, digest
+
+
+def _from_index(path: Path, found: tuple[dict[str, Any], bytes] | None) -> TuningFile | None:
+    if found is None:
+        return None
+    device, rows = found
+    try:
+        fp = _device(device, _at(str(path)))
+    except TuningError:  # intact, so written by a clforge of another format: never seen
+        return None
+    return TuningFile(fp, path=path, lazy=lambda: _entries_of(rows))
 
 
 def load(path: Path) -> TuningFile:
     """The tuning file at `path`: TuningError (located) when it cannot be read or is not one."""
-    try:
-        data = path.read_bytes()
-        text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TuningError(f"{path}: cannot read: {exc}") from None
-    folder = _index_folder()
-    if folder is None:
-        return replace(parse(text, str(path)), path=path)
-    digest = hashlib.sha256(data).hexdigest()
-    entry = folder / f"{digest}.index"
-    origin = envelope.digest(_CODE, digest)
-    status, packed = envelope.read(entry, _INDEX_KIND, origin, "the parsed copy of a tuning file")
-    if status is envelope.Status.OK:
-        found = _from_index(packed, path)
+    return _load(path)[0]
+
+
+def _later(path: Path, digest: str, device: Fingerprint) -> Callable[[], tuple[Entry, ...]]:
+    """The entries of a file the folder's index listed, made when first asked for: from the
+    index of parsed files, else parsed now (a file that changed meanwhile into one of another
+    device, or into no tuning file, then gives none, with a warning)."""
+
+    def entries() -> tuple[Entry, ...]:
+        folder = _index_folder()
+        found = _indexed(folder, digest) if folder is not None else None
         if found is not None:
-            return found
-    parsed = replace(parse(text, str(path)), path=path)
-    with contextlib.suppress(OSError):  # a read-only cache: parse again next time
-        envelope.write(entry, _INDEX_KIND, origin, _pack_index(parsed))
-    return parsed
+            return _entries_of(found[1])
+        try:
+            now = load(path)
+            if now.device == device:
+                return now.entries
+            problem = f"{path}: it changed to a file for another device"
+        except TuningError as exc:
+            problem = str(exc)
+        warnings.warn(f"clforge: skipped a tuning file: {problem}", ClforgeWarning, stacklevel=2)
+        return ()
+
+    return entries
+
+
+def _header(text: str) -> Fingerprint | None:
+    """The device of a tuning file from its text before `entries:` alone (libyaml, a fraction
+    of a millisecond), or None when that part is not a valid head of a tuning file."""
+    cut = text.find("\nentries:")
+    head = text[: cut + 1] if cut >= 0 else text
+    try:
+        doc = yaml.load(head, Loader=_FAST_LOADER)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or set(doc) != {"schema", "device"}:
+        return None
+    try:
+        return _device(doc["device"], _at(""))
+    except TuningError:
+        return None
+
+
+def _first_look(path: Path, cache: Path | None) -> tuple[TuningFile, str]:
+    """A file the folder's index does not know (yet): from the index of parsed files when it
+    has its hash; else its device from its head, its entries parsed when first asked for (so a
+    new file of a device the lookup does not use costs its reading and hashing only); a head
+    that is not valid is parsed whole at once, for the located error."""
+    data, text = _read(path)
+    digest = hashlib.sha256(data).hexdigest()
+    if cache is not None:
+        found = _from_index(path, _indexed(cache, digest))
+        if found is not None:
+            return found, digest
+        device = _header(text)
+        if device is not None:
+            return TuningFile(device, path=path, lazy=_later(path, digest, device)), digest
+    return _load(path, (data, text))
+
+
+def _at(where: str) -> Where:
+    return lambda keys: where
+
+
+def _signature(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def load_folder(folder: Path) -> tuple[TuningFile, ...]:
     """The tuning files of a folder; one that is not a valid tuning file is skipped with a
-    warning that says where and what is wrong."""
+    warning that says where and what is wrong.
+
+    A folder's index in the cache lists each file's size, times and inode, the SHA-256 of its
+    bytes and its device: a file whose status is unchanged (and was not changed within 2 s of
+    the index being written) is not read at all, and its entries only when asked for."""
     if not folder.is_dir():
         return ()
+    cache = _index_folder()
+    where = envelope.digest(_CODE, str(folder.resolve()))
+    index_path = cache / f"{where.hex()[:32]}.tuning-folder" if cache is not None else None
+    known: dict[str, Any] = {}
+    written = 0
+    if index_path is not None:
+        status, data = envelope.read(index_path, _FOLDER_KIND, where, "the index of " + str(folder))
+        with contextlib.suppress(ValueError):
+            index = json.loads(data) if status is envelope.Status.OK else {}
+            if isinstance(index, dict) and isinstance(index.get("files"), dict):
+                known, written = index["files"], int(index.get("written_ns", 0))
+    listed: dict[str, Any] = {}
     out = []
+    racy = False
     for p in sorted(folder.glob("*.yaml")):
         try:
-            out.append(load(p))
+            try:
+                st = p.stat()
+            except OSError as exc:
+                raise TuningError(f"{p}: cannot read: {exc}") from None
+            sig, rec = _signature(st), known.get(p.name)
+            f: TuningFile | None = None
+            same = isinstance(rec, dict) and rec.get("stat") == sig
+            if same and max(st.st_mtime_ns, st.st_ctime_ns) >= written - _RACY_NS:
+                racy, same = True, False
+            if same and isinstance(rec, dict):
+                with contextlib.suppress(TuningError, TypeError, ValueError, KeyError):
+                    device = _device(rec["device"], _at(str(p)))
+                    f = TuningFile(device, path=p, lazy=_later(p, str(rec["sha"]), device))
+                    listed[p.name] = rec
+            if f is None:
+                f, digest = _first_look(p, cache)
+                listed[p.name] = {"stat": sig, "sha": digest, "device": f.device.as_dict()}
+            out.append(f)
         except TuningError as exc:
             warnings.warn(f"clforge: skipped a tuning file: {exc}", ClforgeWarning, stacklevel=2)
+    if index_path is not None and (listed != known or racy):
+        index = {"written_ns": time.time_ns(), "files": listed}
+        with contextlib.suppress(OSError):
+            envelope.write(index_path, _FOLDER_KIND, where, json.dumps(index).encode())
     return tuple(out)
 
 
