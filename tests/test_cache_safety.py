@@ -218,7 +218,8 @@ def test_many_processes_build_and_read_one_cache(tmp_path: Path) -> None:
     for w in writers:
         assert w["warnings"] == [] and w["wrong"] == [], w
     kinds = _entries(cache)
-    assert set(kinds) <= {".bin", ".jinja"}, kinds  # no temporary file left
+    # no temporary file left: programs, compiled templates, parsed tuning files and their index
+    assert set(kinds) <= {".bin", ".jinja", ".index", ".tuning-folder"}, kinds
     assert kinds.get(".bin")
     readers = _dozen(cache, pocl, 4)
     for r in readers:
@@ -231,10 +232,13 @@ def test_many_processes_build_and_read_one_cache(tmp_path: Path) -> None:
     for path in kinds[".bin"]:  # each one whole and checked (its origin is its key)
         origin = bytes.fromhex(path.stem)
         assert envelope.read(path, KIND, origin, "x")[0] is envelope.Status.OK
-    for path in kinds.get(".jinja", []):
-        assert envelope.unpack(CheckedBytecodeCache.KIND, b"", path.read_bytes())[0] in (
-            envelope.Status.STALE,  # intact; its origin is checked when a template loads it
-        )
+    others = {".jinja": CheckedBytecodeCache.KIND, ".index": "tuning-index"}
+    others[".tuning-folder"] = "tuning-folder"
+    for suffix, kind in others.items():
+        for path in kinds.get(suffix, []):  # intact (an origin checked when it is used)
+            assert envelope.unpack(kind, bytes(32), path.read_bytes())[0] in (
+                envelope.Status.STALE,
+            ), path
 
 
 # --- every damage, every kind of entry ---------------------------------------------------------
@@ -464,3 +468,22 @@ def test_an_unreadable_entry_is_removed_and_rebuilt(tmp_path: Path, monkeypatch)
     with pytest.warns(ClforgeWarning, match="cannot be read") as caught:
         assert envelope.read(path, "test", ORIGIN, "an entry")[0] is envelope.Status.DAMAGED
     assert len(caught) == 1 and not path.exists()
+
+
+def test_a_hand_edited_journal_line_is_named_dropped_and_the_rest_kept(tmp_path: Path) -> None:
+    from clforge.tune.tuner import Journal
+
+    path = tmp_path / "dev.jsonl"
+    journal = Journal(path)
+    for i in range(4):
+        journal.record(f'["inst", {i}]', {"us": [float(i)]})
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = lines[2].replace('"us": [2.0]', '"us": [0.5]')  # faster, by hand
+    path.write_text("".join(lines))
+    with pytest.warns(ClforgeWarning, match=r"1 damaged line\(s\) \(line 3:") as caught:
+        again = Journal(path)
+    assert len(caught) == 1
+    assert sorted(again.done) == ['["inst", 0]', '["inst", 1]', '["inst", 3]']
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sorted(Journal(path).done) == sorted(again.done)  # rewritten without it

@@ -223,17 +223,19 @@ def read_log(path: Path, kind: str, what: str) -> list[dict[str, Any]]:
     if status is not Status.OK:
         return []
     good: list[dict[str, Any]] = []
-    bad = 0
-    for line in data.decode("utf-8", errors="replace").splitlines(keepends=True):
+    bad: list[int] = []
+    lines = data.decode("utf-8", errors="replace").splitlines(keepends=True)
+    for number, line in enumerate(lines, 1):
         record = unpack_record(kind, line) if line.endswith("\n") else None
         if record is None:
-            bad += 1
+            bad.append(number)
         else:
             good.append(record)
     if bad:
+        shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
         warnings.warn(
-            f"clforge: {what} ({path}) has {bad} damaged line(s) (cut short by a killed run, "
-            "or changed); dropped, and what they held is measured again",
+            f"clforge: {what} ({path}) has {len(bad)} damaged line(s) (line {shown}: cut short "
+            "by a killed run, or changed); dropped, and what they held is measured again",
             ClforgeWarning,
             stacklevel=2,
         )
