@@ -142,7 +142,10 @@ class ProgramCache:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                prog = cl.Program(ctx, source).build(options=options)
+                # cache_dir=False: not PyOpenCL's own compiler cache as well (a folder of pickles
+                # it unpickles unchecked, used for drivers without a source cache of their own);
+                # this cache keeps the binary, checked
+                prog = cl.Program(ctx, source).build(options=options, cache_dir=False)  # type: ignore[arg-type]
         except (cl.Error, cl.RuntimeError) as exc:
             raise BuildError(name, str(exc)) from None
         if not _has_kernels(prog):
