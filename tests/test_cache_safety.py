@@ -487,3 +487,52 @@ def test_a_hand_edited_journal_line_is_named_dropped_and_the_rest_kept(tmp_path:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert sorted(Journal(path).done) == sorted(again.done)  # rewritten without it
+
+
+RENDER = r"""
+import hashlib, json, warnings
+warnings.simplefilter("always")
+caught = []
+warnings.showwarning = lambda m, c, *a, **k: caught.append(str(m))
+from clforge.runtime.launch import Runtime
+rt = Runtime()
+inst = rt.registry.instance("matmul__cpu_packed__f32__a_row__b_row")
+params = tuple(sorted({**inst.param_map, "KB": 64}.items()))  # not the defaults: rendered here
+rt.kernel(inst, params)
+source = hashlib.sha256(rt.source(inst, params).encode()).hexdigest()
+print(json.dumps({"warnings": caught, "source": source}))
+"""
+
+
+@pytest.mark.slow
+def test_flipped_compiled_templates_are_never_run(tmp_path: Path) -> None:
+    """The issue's reproduction: 16 bytes flipped in every compiled template made the next
+    process that rendered a tuned set die with SIGSEGV inside Jinja. Now each is refused by its
+    checksum, removed with one warning, and compiled again from the template."""
+    env = {
+        **os.environ,
+        "CLFORGE_CACHE_DIR": str(tmp_path / "cache"),
+        "POCL_CACHE_DIR": str(tmp_path / "pocl"),
+    }
+
+    def run() -> dict:
+        done = subprocess.run(
+            [sys.executable, "-c", RENDER], env=env, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first = run()
+    assert first["warnings"] == []
+    compiled = sorted((tmp_path / "cache" / "jinja").glob("*.jinja"))
+    assert compiled
+    for path in compiled:
+        data = bytearray(path.read_bytes())
+        for i in range(len(data) // 2, len(data) // 2 + 16):
+            data[i] ^= 0xFF
+        path.write_bytes(bytes(data))
+    second = run()
+    assert second["source"] == first["source"]
+    assert len(second["warnings"]) == len(compiled), second["warnings"]
+    assert all("a compiled template" in w for w in second["warnings"])
+    assert run() == first  # compiled again, intact
