@@ -72,7 +72,7 @@ def test_the_cache_folder_is_created_private(tmp_path: Path, monkeypatch) -> Non
         assert stat.S_IMODE(level.stat().st_mode) == 0o700
 
 
-@pytest.mark.parametrize("mode", [0o770, 0o707, 0o777])
+@pytest.mark.parametrize("mode", [0o770, 0o707, 0o777, 0o1777])  # 1777: as /tmp
 def test_a_cache_folder_others_can_write_is_refused_with_the_fix(
     tmp_path: Path, monkeypatch, mode: int
 ) -> None:

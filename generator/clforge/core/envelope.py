@@ -132,9 +132,7 @@ def untrusted(st: os.stat_result) -> str | None:
     me = os.geteuid()
     if st.st_uid not in (me, 0):
         return f"it is owned by uid {st.st_uid}, not by you (uid {me})"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (
-        stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == me
-    ):
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         return f"group or others may write it (mode {stat.S_IMODE(st.st_mode):04o})"
     return None
 
