@@ -324,7 +324,8 @@ def test_the_bench_covers_an_extensions_ops(registered: sources.Source) -> None:
     quick = case.at(True)
     (req,) = requests(reg, [quick])
     assert req["roots"] and req["reference"] == "swiglu_refs:swiglu"
-    assert isinstance(peer_numpy.prepare(req), Call)  # the NumPy peer runs its reference
+    (call,) = peer_numpy.prepare(req)  # the NumPy peer runs its reference, one way
+    assert isinstance(call, Call) and call.note == "the reference"
 
 
 def test_lint_finds_the_tree_of_the_files_it_is_given() -> None:
@@ -428,3 +429,46 @@ def test_a_typo_in_extends_suggests_the_op_meant(tmp_path: Path) -> None:
     found = {str(d).split(" error ")[0]: d.message for d in report.findings}
     assert "did you mean 'sigmoid'?" in found["specs/sigmod.yaml:3:10:"]
     assert "did you mean 'relu'?" in found["specs/relu.yaml:3:10:"]  # the file's name
+
+
+SHARED_VARIANT = """\
+  - name: cpu_shared
+    arch: cpu
+    doc: clforge's own cpu template for unary ops, rendered from this tree as it is
+    dtypes: [f64]
+    template: clforge/elementwise/unary_cpu.cl.j2
+    priority: 3  # above clforge's own cpu variant of relu, which it renders alike
+    params: {CHUNK: 4096, VW: 8, NT_MIN: 4194304}
+    constraints: ["CHUNK % VW == 0"]
+    launch: {global_size: ["cdiv(N, CHUNK)"], local_size: [1]}
+"""
+
+
+def shared_template_extension(root: Path) -> Path:
+    """A copy of the example whose relu gets a variant rendered from clforge's own template."""
+    ext = shutil.copytree(EXAMPLE, root / "ext", ignore=shutil.ignore_patterns("__pycache__"))
+    relu = ext / "specs" / "relu.yaml"
+    relu.write_text(relu.read_text() + SHARED_VARIANT)
+    return ext
+
+
+def test_an_extension_variant_may_render_a_clforge_template(tmp_path: Path) -> None:
+    """clforge's templates import their siblings unprefixed; rendered as `clforge/...` from an
+    extension, those names are clforge's too, never the extension's own."""
+    ext = shared_template_extension(tmp_path)
+    (ext / "templates" / "_common").mkdir()  # a decoy the shared template must not pick up
+    (ext / "templates" / "_common" / "macros.cl.j2").write_text("{% error %}")
+    report = lint((), Tree.at(ext), freshness=False)
+    assert report.findings == (), [str(d) for d in report.findings]
+
+
+@pytest.mark.slow
+def test_a_variant_on_a_clforge_template_generates_and_verifies(tmp_path: Path) -> None:
+    ext = shared_template_extension(tmp_path)
+    assert clforge("generate", cwd=ext).returncode == 0
+    kernel = ext / "swiglu_kernels" / "kernels" / "relu" / "relu__cpu_shared__f64.cl"
+    assert "__kernel void relu__cpu_shared__f64(" in kernel.read_text()
+    verified = clforge("verify", "relu", "--json", cwd=ext)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    status = {r["instance"]: r["status"] for r in json.loads(verified.stdout)["results"]}
+    assert status["relu__cpu_shared__f64"] == "passed"

@@ -2,7 +2,9 @@
 
 A tree's templates import clforge's shared macros by a stable name, under the prefix
 `clforge/` (``{% import "clforge/_common/macros.cl.j2" as cf %}``), from any tree; a tree's
-own names never shadow them and never collide with clforge's.
+own names never shadow them and never collide with clforge's. An extension may also render one
+of clforge's kernel templates as it is (``template: clforge/elementwise/unary_cpu.cl.j2``): the
+names it imports are then clforge's too (:meth:`Environment.join_path`).
 """
 
 from __future__ import annotations
@@ -90,6 +92,35 @@ class CheckedBytecodeCache(jinja2.BytecodeCache):
             envelope.write(path, self.KIND, origin, marshal.dumps(bucket.code))
 
 
+class Environment(ImmutableSandboxedEnvironment):
+    """The sandboxed environment, with one rule for names: inside a template reached as
+    `clforge/...` (clforge's, rendered from another tree), an unprefixed import, include or
+    extends names clforge's template too (``_common/macros.cl.j2`` is
+    ``clforge/_common/macros.cl.j2`` there), never the rendering tree's own."""
+
+    def join_path(self, template: str, parent: str) -> str:
+        prefix = f"{SHARED_TEMPLATES}/"
+        if parent.startswith(prefix) and not template.startswith(prefix):
+            return prefix + template
+        return template
+
+
+class SharedLoader(jinja2.BaseLoader):
+    """clforge's templates under the prefix `clforge/`, each keeping that prefix in its name
+    (Jinja's PrefixLoader drops it, and with it what :class:`Environment` needs to know)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = jinja2.FileSystemLoader(str(folder))
+
+    def get_source(
+        self, environment: jinja2.Environment, template: str
+    ) -> tuple[str, str | None, Any]:
+        prefix = f"{SHARED_TEMPLATES}/"
+        if not template.startswith(prefix):
+            raise jinja2.TemplateNotFound(template)
+        return self.folder.get_source(environment, template.removeprefix(prefix))
+
+
 class Renderer:
     """Renders instances of one tree's templates; one Jinja environment, loaded lazily."""
 
@@ -100,12 +131,10 @@ class Renderer:
     @cached_property
     def env(self) -> jinja2.Environment:
         compiled = private_dir("jinja")  # compiled templates, keyed by name and source hash
-        env = ImmutableSandboxedEnvironment(
+        env = Environment(
             loader=jinja2.ChoiceLoader(
                 [
-                    jinja2.PrefixLoader(
-                        {SHARED_TEMPLATES: jinja2.FileSystemLoader(str(DEFAULT.templates))}
-                    ),
+                    SharedLoader(DEFAULT.templates),
                     jinja2.FileSystemLoader(str(self.tree.templates)),
                 ]
             ),
@@ -138,7 +167,7 @@ class Renderer:
                 sources[name] = ""  # reported by render(), with the instance that wants it
                 continue
             refs = jinja2.meta.find_referenced_templates(self.env.parse(sources[name]))
-            todo.extend(r for r in refs if r is not None)
+            todo.extend(self.env.join_path(r, name) for r in refs if r is not None)
         h = hashlib.sha256()
         for name in sorted(sources):
             h.update(f"{name}\0{sources[name]}\0".encode())
