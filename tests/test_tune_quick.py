@@ -259,3 +259,19 @@ def test_explain_says_when_a_quick_tune_would_help(monkeypatch: pytest.MonkeyPat
     assert "not tuned here: `clforge tune --quick`" in (_tuning_hint(computed, True) or "")
     monkeypatch.setenv("CLFORGE_TUNING", "off")
     assert "hidden ($CLFORGE_TUNING=off)" in (_tuning_hint(computed, False) or "")
+
+
+def test_a_quick_tune_races_what_the_chain_gives_now(tmp_path: Path) -> None:
+    """The tuned set the chain gives a shape now (here from a file of this device) is measured
+    beside the default, so that a quick tune never leaves a shape worse off than before."""
+    from clforge.tune.tuner import incumbent
+
+    job = _relu_job()
+    default = default_params(REG, CPU, job)
+    assert incumbent(REG, ParamLookup(CPU), job) is None  # nothing tuned: the default runs
+    tuned = _entry(50.0, 100.0, chunk=65536)
+    held = incumbent(REG, ParamLookup(CPU, (TuningFile(Fingerprint.of(CPU), (tuned,)),)), job)
+    assert held == tuned.params
+    near = candidates(job, CPU, default, nearest=2, incumbent=held)
+    assert near[2] == held and len(near) == 5 and len(set(near)) == 5
+    assert candidates(job, CPU, default, 2, incumbent=default) == candidates(job, CPU, default, 2)

@@ -17,6 +17,7 @@ from clforge.errors import UsageError
 
 if TYPE_CHECKING:
     from clforge.params.database import Entry
+    from clforge.params.space import Params
 
 
 EPILOG = (
@@ -255,10 +256,12 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
     from clforge.core import resources
     from clforge.device.discovery import default_device
     from clforge.device.query import from_device
+    from clforge.params.database import load_folders
     from clforge.params.fingerprint import Fingerprint
+    from clforge.params.lookup import ParamLookup
     from clforge.tune import quick
     from clforge.tune.cases import parse_layouts, parse_shapes
-    from clforge.tune.tuner import MARGIN, candidates, default_params, plan_jobs, tune
+    from clforge.tune.tuner import MARGIN, candidates, default_params, incumbent, plan_jobs, tune
 
     started = time.monotonic()
     if args.quick:
@@ -276,7 +279,14 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
     dtypes = (args.dtypes or (",".join(quick.DTYPES) if args.quick else "f32,f64")).split(",")
     jobs = plan_jobs(reg, profile, ops, dtypes, shapes, layouts, first_layouts_only=args.quick)
     nearest = quick.NEAREST if args.quick else None
-    total = sum(len(candidates(j, profile, default_params(reg, profile, j), nearest)) for j in jobs)
+    held: list[Params | None] = [None] * len(jobs)
+    if args.quick:  # what the chain gives each shape now races too: never worse than before
+        lookup = ParamLookup(profile, load_folders(reg.tuning_folders()))
+        held = [incumbent(reg, lookup, j) for j in jobs]
+    total = sum(
+        len(candidates(j, profile, default_params(reg, profile, j), nearest, inc))
+        for j, inc in zip(jobs, held, strict=True)
+    )
     budget = args.budget if args.budget is not None else quick.BUDGET_S if args.quick else 600.0
     repeats = args.repeats or (quick.REPEATS if args.quick else 7)
     out = Path(args.out) if args.out else None
@@ -300,6 +310,7 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
             catch_all=args.shapes is None,
             nearest=nearest,
             finalists=quick.FINALISTS if args.quick else 3,
+            incumbents=held,
         )
     for e in report.entries:
         if e.bucket == "*":

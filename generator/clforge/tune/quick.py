@@ -1,10 +1,11 @@
 """`clforge tune --quick`: a few minutes of tuning for a machine nobody tuned. The core ops
 (matmul, gemm, conv2d, attention, softmax, the reductions, the norms, the common elementwise
 ops), f32, in their first layouts, at a few representative shapes each; per job the default (the
-parameters computed for this device), the spec defaults and the NEAREST candidates closest to
-the default; the best FINALISTS race the default, and a tuned set is written only where it beats
-it (:data:`clforge.tune.tuner.MARGIN`). docs/tuning.md shows :func:`plan_rows`, which a test
-compares with this plan."""
+parameters computed for this device), the spec defaults, the tuned set the chain gives the shape
+now (:func:`~clforge.tune.tuner.incumbent`) and the NEAREST candidates closest to the
+default; the best FINALISTS race the default, and a tuned set is written only where it beats it
+(:data:`clforge.tune.tuner.MARGIN`). docs/tuning.md shows :func:`plan_rows` and
+:func:`settings_line`, which a test compares with this plan."""
 
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def plan_rows() -> list[str]:
 def settings_line() -> str:
     """The quick tune's budget and search, in one line of docs/tuning.md."""
     return (
-        f"dtypes {', '.join(DTYPES)}; per job the default, the spec defaults and the {NEAREST} "
-        f"nearest candidates; the best {FINALISTS} race the default; {REPEATS} repeats; "
+        f"dtypes {', '.join(DTYPES)}; per job the default, the spec defaults, the tuned set "
+        f"the chain gives the shape now (if any) and the {NEAREST} candidates nearest the "
+        f"default; the best {FINALISTS} race the default; {REPEATS} repeats; "
         f"{BUDGET_S:.0f} s for the candidates"
     )

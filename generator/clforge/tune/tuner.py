@@ -18,7 +18,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,21 +172,37 @@ def default_params(reg: Registry, profile: DeviceProfile, job: Job) -> Params:
 
 
 def candidates(
-    job: Job, profile: DeviceProfile, default: Params, nearest: int | None = None
+    job: Job,
+    profile: DeviceProfile,
+    default: Params,
+    nearest: int | None = None,
+    incumbent: Params | None = None,
 ) -> list[Params]:
-    """The candidates of a job: the default first, then the spec defaults, then the rest of the
-    space: all of a small one, else a sample in a fixed pseudo-random order (the budget decides
-    how far it gets); or, with `nearest` (a quick tune), only the `nearest` points closest to
-    the default (:func:`distance`)."""
+    """The candidates of a job: the default first, then the spec defaults, then `incumbent` (the
+    tuned set the chain gives the job's shape now, if any), then the rest of the space: all of a
+    small one, else a sample in a fixed pseudo-random order (the budget decides how far it
+    gets); or, with `nearest` (a quick tune), only the `nearest` points closest to the default
+    (:func:`distance`)."""
     space = ParamSpace(job.inst)
     points = list(space.candidates(profile))
-    head = [default, *(p for p in points[:1] if p != default)]
-    rest = [p for p in points[1:] if p != default]
+    head = list(dict.fromkeys([default, *points[:1], *([incumbent] if incumbent else [])]))
+    rest = [p for p in points[1:] if p not in head]
     if nearest is not None:
         return head + sorted(rest, key=lambda p: distance(p, default))[:nearest]
     if len(points) > EXHAUSTIVE:
         random.Random(job.inst.name).shuffle(rest)
     return head + rest
+
+
+def incumbent(reg: Registry, lookup: ParamLookup, job: Job) -> Params | None:
+    """The tuned set the chain (`lookup`: the tuning files a call would read) gives the job's
+    shape now, where one applies and its guard holds there; None where the call would run the
+    default. A quick tune races it too, so that it never leaves a shape worse off than before."""
+    choice = lookup.choose(job.inst, dict(job.dims))
+    if choice.entry is None:
+        return None
+    env = {**dict(job.dims), **int_attrs(reg.op(job.inst.op), dict(job.attrs))}
+    return choice.params if guard_holds(reg, job.inst, env, dict(choice.params)) else None
 
 
 def distance(params: Params, default: Params) -> float:
@@ -244,13 +260,15 @@ def tune(
     clock: Callable[[], float] = time.monotonic,
     nearest: int | None = None,
     finalists: int = FINALISTS,
+    incumbents: Sequence[Params | None] | None = None,
 ) -> Report:
     """Measure every job's candidates (within the budget) and write the device's tuning file
     (`out`, default tuning/<device>.yaml in the tree), merged with what it held. `catch_all`
     false (a run at shapes the user picked, not the representative ones): the catch-all
     entries the file holds stay, since this run's few shapes would not stand for every other.
     `nearest` (a quick tune): each job's default, the spec defaults and only that many of the
-    points nearest the default (:func:`candidates`); `finalists`: how many race the default."""
+    points nearest the default (:func:`candidates`); `finalists`: how many race the default;
+    `incumbents` (per job, :func:`incumbent`): a tuned set to measure besides, where not None."""
     me = Fingerprint.of(profile)
     folder = private_dir("tune")
     journal_path = folder / f"{me.slug}.jsonl" if folder is not None else None
@@ -266,8 +284,10 @@ def tune(
         # second, ..., so that a budget that runs out leaves each job its best few so far
         # rather than the first jobs exhausted and the rest untouched
         defaults = [default_params(reg, profile, job) for job in jobs]
+        held = incumbents if incumbents is not None else [None] * len(jobs)
         searches = [
-            candidates(job, profile, d, nearest) for job, d in zip(jobs, defaults, strict=True)
+            candidates(job, profile, d, nearest, inc)
+            for job, d, inc in zip(jobs, defaults, held, strict=True)
         ]
         timings: list[dict[Params, float]] = [{} for _ in jobs]
         for depth in range(max(map(len, searches), default=0)):
@@ -486,6 +506,7 @@ __all__ = [
     "candidates",
     "default_params",
     "files_for",
+    "incumbent",
     "plan_jobs",
     "stale_entries",
     "tune",
