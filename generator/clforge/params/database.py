@@ -20,8 +20,10 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import marshal
 import math
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -317,6 +319,8 @@ _INDEX_KIND = "tuning-index"
 # what an index entry depends on besides the file's bytes: this code and the fingerprint's
 _CODE = envelope.digest(
     __version__,
+    sys.version,
+    str(marshal.version),
     str(SCHEMA),
     Path(__file__).read_bytes(),
     Path(__file__).with_name("fingerprint.py").read_bytes(),
@@ -342,19 +346,31 @@ def _index_folder() -> Path | None:
 
 
 def _pack_index(f: TuningFile) -> bytes:
+    """The device as JSON, a newline, the entries as a marshalled list of tuples (read back
+    only through the envelope, so only as written here: 2x faster than JSON to load)."""
     rows = [
-        [e.instance, e.bucket, e.params, e.sha, e.shape, e.time_us, e.default_us, e.tried]
+        (e.instance, e.bucket, e.params, e.sha, e.shape, e.time_us, e.default_us, e.tried)
         for e in f.entries
     ]
     head = json.dumps(f.device.as_dict(), sort_keys=True)
-    return head.encode() + b"\n" + json.dumps(rows, separators=(",", ":")).encode()
+    return head.encode() + b"\n" + marshal.dumps(rows)
+
+
+_ENTRY_FIELDS = tuple(f.name for f in dataclasses.fields(Entry))
 
 
 def _entries_of(rows: bytes) -> tuple[Entry, ...]:
-    return tuple(
-        Entry(i, b, tuple(map(tuple, p)), s, tuple(map(tuple, sh)), t, d, n)  # type: ignore[arg-type]
-        for i, b, p, s, sh, t, d, n in json.loads(rows)
-    )
+    try:
+        loaded = marshal.loads(rows)
+    except (EOFError, ValueError, TypeError):  # intact, so ours: never seen
+        return ()
+    new = object.__new__
+    out = []
+    for row in loaded:  # a frozen dataclass's __init__ sets each field through object.__setattr__
+        e = new(Entry)
+        e.__dict__.update(zip(_ENTRY_FIELDS, row, strict=True))
+        out.append(e)
+    return tuple(out)
 
 
 def _indexed(folder: Path, digest: str) -> tuple[dict[str, Any], bytes] | None:
