@@ -13,6 +13,12 @@ files changed: every file parsed with libyaml); warm: every later process.
     .venv/bin/python tools/bench_tuning_lookup.py [--files 100] [--usable 3] [--runs 5]
 
 Without an OpenCL device it uses the shipped profile profiles/pocl-cpu.yaml.
+
+Measured on a 2-core Xeon (PoCL, AVX-512), median of 5, CPU time, warm index: 3 usable files
+24.7 ms, 10 usable 31.7 ms, all 100 usable (no chain ranks that many: same vendor, type and
+vector ISA) 297 ms, most of it the lookup's own indexes of every entry. Cold index (the first
+process after the files appeared): 3 usable ~0.2 s, 10 usable ~0.7 s (each usable file parsed
+whole, ~60 ms with libyaml; the others only read, hashed and their heads parsed).
 """
 
 from __future__ import annotations
