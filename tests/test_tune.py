@@ -518,9 +518,14 @@ def test_a_wrong_candidate_is_never_chosen_and_the_kernel_change_makes_entries_s
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumes_where_it_stopped(planted: Tree) -> None:
+def test_a_killed_run_resumes_where_it_stopped(
+    planted: Tree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from clforge.params.fingerprint import Fingerprint as Fp
 
+    # a cache folder of its own: a journal an earlier test left in this process's folder (for
+    # this device, with lines in it) would end the wait below before the run wrote anything
+    monkeypatch.setenv("CLFORGE_CACHE_DIR", str(tmp_path / "cache"))
     cmd = [
         sys.executable,
         "-m",
