@@ -29,6 +29,8 @@ _LAZY = {
     "dispatcher": ("clforge.call.dispatcher", "dispatcher"),
     "TensorType": ("clforge.call.compiled", "TensorType"),
     "register": ("clforge.registry.sources", "register"),
+    "Graph": ("clforge.graph", "Graph"),
+    "load": ("clforge.graph", "load"),
 }
 _ERRORS = (
     "BuildError",

@@ -90,6 +90,11 @@ class CallError(ClforgeError):
     """A call with bad arguments: names the op, the argument and the sizes involved."""
 
 
+class GraphError(ClforgeError):
+    """A graph that cannot be built, compiled or loaded: names the graph, the op, the tensors
+    and the dims involved (a call that breaks a compiled graph's guards is a CallError)."""
+
+
 class DispatchError(ClforgeError):
     """No instance can serve a call; the message lists every candidate and why it was rejected."""
 

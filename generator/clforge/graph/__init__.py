@@ -1,0 +1,25 @@
+"""Graphs of ops: capture with symbolic dims, lowering in named stages, a compiled model with
+runtime guards that saves and loads as data.
+
+One module per stage, in the order the pipeline runs them (:mod:`clforge.graph.pipeline`):
+``capture`` (with ``shapes`` and ``dims``) → ``guards`` → ``simplify`` → ``fuse`` → ``select`` →
+``buffers`` → ``schedule`` → ``artifact`` (the model; ``serial`` saves and loads it,
+``explain`` prints every stage). See docs/graph.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clforge.graph.artifact import Model
+from clforge.graph.capture import Graph, GraphValue, supported_ops
+from clforge.graph.dims import Dim
+from clforge.graph.serial import load_plan
+
+
+def load(path: Any, queue: Any = None) -> Model:
+    """A model saved by ``Model.save``, ready to run (no capture, no planning)."""
+    return Model(load_plan(path), queue)
+
+
+__all__ = ["Dim", "Graph", "GraphValue", "Model", "load", "supported_ops"]

@@ -1,0 +1,61 @@
+"""`model.explain()`: every stage's output, as text."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from clforge.graph.dims import shape_str
+from clforge.graph.plan import Plan
+from clforge.graph.records import GraphIR
+
+
+def _nodes(ir: GraphIR) -> list[str]:
+    out = []
+    for vid in ir.inputs:
+        out.append(f"input {ir.value(vid).describe()}")
+    for vid in sorted(ir.constants):
+        out.append(f"constant {ir.value(vid).describe()}")
+    for n in ir.nodes:
+        ins = ", ".join(f"{t}={'-' if v is None else ir.value(v).name}" for t, v in n.inputs)
+        outs = ", ".join(ir.value(v).describe() for v in n.output_ids())
+        extra = "".join(f" {k}={v}" for k, v in n.options)
+        if n.view:
+            extra = f" shape={shape_str(dict(n.options)['shape'])}"
+        attrs = "".join(f" {k}={v}" for k, v in n.attrs)
+        canon = "; ".join(f"{t} {shape_str(s)}" for t, s in n.canonical)
+        out.append(f"node {n.id}: {n.op}({ins}){extra}{attrs} -> {outs}")
+        if canon:
+            out.append(f"  kernel shapes: {canon}")
+    out.append("outputs: " + ", ".join(ir.value(v).name for v in ir.outputs))
+    return out
+
+
+def explain_plan(plan: Plan, cache: Mapping[Any, Any]) -> str:
+    ir = plan.ir
+    sections: list[tuple[str, list[str]]] = [
+        ("capture", _nodes(plan.captured)),
+        ("shapes and guards", plan.guards.lines() or ["no guards"]),
+        ("simplify", list(plan.simplified) or ["nothing to simplify"]),
+        ("fuse", plan.fused.lines()),
+        ("select", [ln for s in plan.selections for ln in s.lines()]),
+        ("plan buffers", plan.buffers.lines(ir)),
+        ("schedule", plan.schedule.lines(ir)),
+    ]
+    specs = []
+    for spec in cache.values():
+        s = spec.summary()
+        dims = ", ".join(f"{k}={v}" for k, v in s["dims"].items()) or "(no symbolic dims)"
+        specs.append(f"{dims}: slots {s['slot_bytes']} bytes")
+        for node in s["nodes"]:
+            held = "static choice" if node["guard_held"] else "re-dispatched (guard failed)"
+            params = ", ".join(f"{k}={v}" for k, v in node["params"].items()) or "none"
+            specs.append(
+                f"  node {node['node']} {node['op']}: {node['instance']} [{params}] ({held})"
+            )
+    sections.append(("specializations", specs or ["none yet (one is made on a call's first use)"]))
+    out = [f"graph {ir.name!r}"]
+    for k, (title, lines) in enumerate(sections, 1):
+        out.append(f"== {k}. {title}")
+        out.extend(f"  {ln}" for ln in lines)
+    return "\n".join(out)

@@ -1,0 +1,32 @@
+"""The lowering pipeline, stage by stage: capture (done by :class:`~clforge.graph.Graph`) →
+shapes and guards → simplify → fuse → select → plan buffers → schedule → a model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clforge.call.dispatcher import dispatcher
+from clforge.graph.artifact import Model
+from clforge.graph.buffers import plan_buffers
+from clforge.graph.fuse import fuse
+from clforge.graph.guards import guards_of
+from clforge.graph.plan import Plan
+from clforge.graph.records import GraphIR
+from clforge.graph.schedule import schedule
+from clforge.graph.select import select_nodes
+from clforge.graph.simplify import simplify
+
+STAGES = ("capture", "shapes and guards", "simplify", "fuse", "select", "plan buffers", "schedule")
+
+
+def lower(ir: GraphIR, queue: Any = None) -> Model:
+    """Every stage after capture, in order."""
+    guards = guards_of(ir)
+    simple = simplify(ir)
+    fused = fuse(simple.ir)
+    selections = select_nodes(simple.ir, dispatcher(queue))
+    buffers = plan_buffers(simple.ir)
+    steps = schedule(simple.ir, buffers, fused)
+    captured = GraphIR(ir.name, ir.values, ir.nodes, ir.inputs, ir.outputs, ir.guards, {})
+    plan = Plan(captured, guards, simple.ir, simple.log, fused, selections, buffers, steps)
+    return Model(plan, queue)

@@ -1,0 +1,58 @@
+"""Schedule: the launches in order, each with where its buffers come from.
+
+The order is capture order (a node's inputs are made before it), one step per fused group that
+launches kernels. Each step names, per tensor of the op, the place of its memory (an input, a
+constant, a slot, an output; an omitted optional input is filled per specialization). The
+kernels' launch plans (instance, parameters, NDRange, arguments) are prepared per
+specialization (:mod:`clforge.graph.artifact`), so that a call only binds buffers and enqueues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clforge.graph.buffers import BufferPlan, Place
+from clforge.graph.fuse import Fused
+from clforge.graph.records import GraphIR
+
+
+@dataclass(frozen=True)
+class Step:
+    node: int
+    op: str
+    inputs: tuple[tuple[str, int | None, Place | None], ...]  # (tensor, value, place)
+    outputs: tuple[tuple[str, int, Place], ...]
+
+    def line(self, ir: GraphIR) -> str:
+        ins = ", ".join(
+            f"{t}={'fill' if v is None else ir.value(v).name}@{p if p else 'fill'}"
+            for t, v, p in self.inputs
+        )
+        outs = ", ".join(f"{t}={ir.value(v).name}@{p}" for t, v, p in self.outputs)
+        return f"node {self.node} {self.op}({ins}) -> {outs}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    steps: tuple[Step, ...]
+
+    def lines(self, ir: GraphIR) -> list[str]:
+        return [f"step {i}: {s.line(ir)}" for i, s in enumerate(self.steps)]
+
+
+def schedule(ir: GraphIR, buffers: BufferPlan, fused: Fused) -> Schedule:
+    """The stage."""
+    by_id = {n.id: n for n in ir.nodes}
+    steps = []
+    for g in fused.groups:
+        (nid,) = g.nodes  # no fusion yet: one node per group
+        n = by_id[nid]
+        steps.append(
+            Step(
+                n.id,
+                n.op,
+                tuple((t, v, None if v is None else buffers.place(v)) for t, v in n.inputs),
+                tuple((t, v, buffers.place(v)) for t, v in n.outputs),
+            )
+        )
+    return Schedule(tuple(steps))

@@ -1,0 +1,106 @@
+"""Select: per node, the dispatcher's verdict and the tuning chain's parameters at the dims the
+graph knows (sizes that are ints in every call).
+
+A node whose dims are all known is decided here, as an eager call of those sizes would be. A
+node with symbolic dims gets what ``dispatcher().compile`` gives a compiled op: the best
+candidate for the known sizes, whose runtime guard each call's sizes check; where it does not
+hold, that specialization re-dispatches (:mod:`clforge.graph.artifact`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from clforge.errors import ClforgeError, GraphError
+from clforge.graph.records import GraphIR, Node
+
+
+@dataclass(frozen=True)
+class NodeSelection:
+    """The static verdict for one node."""
+
+    node: int
+    op: str
+    dtype: str
+    layouts: tuple[tuple[str, str], ...]
+    known: tuple[tuple[str, int], ...]  # the op's dims that are ints in every call
+    symbolic: tuple[str, ...]  # the op's dims each call sizes
+    instance: str
+    guard: str | None  # the instance's guard (checked per specialization when symbolic)
+    params: str  # the parameters and where they came from (tuned, computed, spec default)
+    table: str  # every candidate's verdict
+
+    def lines(self) -> list[str]:
+        known = ", ".join(f"{k}={v}" for k, v in self.known) or "none"
+        sym = ", ".join(self.symbolic) or "none"
+        when = "decided now" if not self.symbolic else "re-checked per specialization"
+        out = [
+            f"node {self.node} {self.op} [{self.dtype}] -> {self.instance} ({when})",
+            f"  dims known: {known}; sized per call: {sym}",
+            f"  params: {self.params}",
+        ]
+        if self.guard:
+            out.append(f"  guard: {self.guard}")
+        return out
+
+
+def layouts_of(node: Node) -> dict[str, str]:
+    """The kernel layouts of a node's inputs: every graph buffer is row-major; gemm's
+    ``trans_a``/``trans_b`` read the same memory col-major."""
+    opts = dict(node.options)
+    out = {t: "row" for t, v in node.inputs}
+    for name, flag in (("a", "trans_a"), ("b", "trans_b")):
+        if node.op == "gemm" and opts.get(flag):
+            out[name] = "col"
+    return out
+
+
+def select_nodes(ir: GraphIR, d: Any) -> tuple[NodeSelection, ...]:
+    """The stage, with dispatcher `d` (its registry, device profile and tuning files)."""
+    out = []
+    for n in ir.nodes:
+        if n.view:
+            continue
+        dims = dict(n.dims)
+        known = {k: v.value for k, v in dims.items() if v.is_int}
+        symbolic = tuple(k for k, v in dims.items() if not v.is_int)
+        layouts = layouts_of(n)
+        try:
+            sel = d.select(n.op, n.dtype, layouts, known)
+            inst = d.first_that_builds(sel) if not symbolic else _best(d, sel)
+        except ClforgeError as exc:
+            raise GraphError(f"graph {ir.name!r}: node {n.id} ({n.op}): {exc}") from None
+        out.append(
+            NodeSelection(
+                n.id,
+                n.op,
+                n.dtype,
+                tuple(sorted(layouts.items())),
+                tuple(sorted(known.items())),
+                symbolic,
+                inst.name,
+                inst.guard,
+                _params(d, inst, known, n.attrs),
+                sel.table(),
+            )
+        )
+    return tuple(out)
+
+
+def _best(d: Any, sel: Any) -> Any:
+    """The best accepted candidate, without building it (a specialization builds what it
+    runs)."""
+    from clforge.call.selection import chosen_or_raise
+
+    chosen_or_raise(sel)
+    return d.registry.instance(sel.chosen.instance)
+
+
+def _params(d: Any, inst: Any, known: Mapping[str, int], attrs: Any) -> str:
+    try:
+        env = {**known, **{k: v for k, v in attrs if isinstance(v, int)}}
+        return str(d.params_for(inst, env).describe())
+    except ClforgeError as exc:  # a computed set that needs a dim the graph does not fix
+        return f"decided per specialization ({exc})"

@@ -1,0 +1,236 @@
+"""Shape inference through one op, derived from the op's calling convention and signature.
+
+No op has a shape function of its own here. The convention that maps an eager call's arrays
+onto the op's canonical dims (:mod:`clforge.conventions`) and the binding that sizes the op's
+dims from them (:func:`clforge.call.binding.bind`: one name one size, broadcast 1s, derived
+dims, the op's checks) are run on *probe* arrays: every symbolic name (and every sum, such as
+`S + 1`) becomes a distinct prime that divides no literal size of the call, the arrays are
+zero-stride NumPy arrays of those sizes (nothing is allocated), and every size that comes out
+(canonical shapes, derived dims, the eager result's shape) is factored back over the primes
+into a :class:`Dim`. A call the convention or the binding refuses is refused while the graph is
+built, with their message in the graph's names.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from clforge.call.binding import bind
+from clforge.conventions import CONVENTIONS
+from clforge.core.dtypes import DTYPES
+from clforge.errors import CallError, GraphError
+from clforge.graph.dims import Dim, shape_str
+from clforge.graph.records import Value
+from clforge.registry.records import OpSig
+
+# the conventions a graph node may use; the others' ops are refused by name
+SUPPORTED_CONVENTIONS = ("flat", "broadcast", "axis", "trailing", "matmul", "gemm", "permute")
+_FIRST_PROBE = 101
+
+
+@dataclass(frozen=True)
+class Inferred:
+    """What a call of an op on graph values gives: its dtype, the canonical shape of each tensor
+    the kernel sees, the op's dims, the attributes (the convention's included), and each
+    output's dtype and eager shape."""
+
+    dtype: str
+    canonical: tuple[tuple[str, tuple[Dim, ...]], ...]
+    dims: tuple[tuple[str, Dim], ...]
+    attrs: tuple[tuple[str, float | int], ...]
+    outputs: tuple[tuple[str, str, tuple[Dim, ...]], ...]  # (tensor, dtype, eager shape)
+
+
+def _primes(start: int) -> Any:
+    n = start
+    while True:
+        if all(n % p for p in range(2, math.isqrt(n) + 1)):
+            yield n
+        n += 1
+
+
+@dataclass(frozen=True)
+class Probes:
+    """One prime per symbolic atom (a name, or a sum that is not a product)."""
+
+    of_atom: tuple[tuple[str, int], ...]  # atom text -> prime
+    atoms: tuple[tuple[int, Dim], ...]  # prime -> atom
+
+    @classmethod
+    def for_shapes(cls, shapes: list[tuple[Dim, ...]]) -> Probes:
+        atoms: dict[str, Dim] = {}
+        literals: set[int] = set()
+        for shape in shapes:
+            for d in shape:
+                if d.is_monomial:
+                    for m, c in d.terms:
+                        literals.add(abs(c))
+                        for n in m:
+                            atoms[n] = Dim.name(n)
+                else:
+                    atoms[str(d)] = d
+                    literals.update(abs(c) for _, c in d.terms)
+        gen = _primes(_FIRST_PROBE)
+        of_atom, back = [], []
+        for key in sorted(atoms):
+            p = next(gen)
+            while any(lit and lit % p == 0 for lit in literals):
+                p = next(gen)
+            of_atom.append((key, p))
+            back.append((p, atoms[key]))
+        return cls(tuple(of_atom), tuple(back))
+
+    def size(self, d: Dim) -> int:
+        primes = dict(self.of_atom)
+        if not d.is_monomial:
+            return primes[str(d)]
+        return sum(c * math.prod(primes[n] for n in m) for m, c in d.terms)
+
+    def dim(self, n: int) -> Dim:
+        """`n` factored back over the primes."""
+        out = Dim.const(1)
+        rest = int(n)
+        if rest == 0:
+            return Dim.const(0)
+        for p, atom in self.atoms:
+            while rest % p == 0:
+                rest //= p
+                out = out * atom
+        return out * rest
+
+    def words(self, text: str) -> str:
+        """`text` with every probe size written as its dim."""
+
+        def sub(m: re.Match[str]) -> str:
+            d = self.dim(int(m.group(0)))
+            return m.group(0) if d.is_int else str(d)
+
+        return re.sub(r"\b\d{3,}\b", sub, text)
+
+
+def _fake(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """A read-only array of `shape` with all strides 0: sizes without memory."""
+    base = np.zeros(1, DTYPES[dtype].np_dtype)
+    return as_strided(base, shape, (0,) * len(shape), writeable=False)
+
+
+def infer(
+    graph: str,
+    sig: OpSig,
+    args: Mapping[str, Value | None],
+    options: Mapping[str, Any],
+    attrs: Mapping[str, float | int],
+) -> Inferred:
+    """Shapes and dims of `sig` called on graph values `args` (by the spec's input names; None
+    for an omitted optional input)."""
+    given = {k: v for k, v in args.items() if v is not None}
+    where = ", ".join(f"{k}={v.describe()}" for k, v in given.items())
+    here = f"graph {graph!r}: {sig.name}({where})"
+    dtype = _dtype(here, sig, given)
+    probes = Probes.for_shapes([v.shape for v in given.values()])
+    fakes = {k: _fake(tuple(probes.size(d) for d in v.shape), v.dtype) for k, v in given.items()}
+    conv = CONVENTIONS[sig.call]
+    try:
+        canon = conv.canonical(sig, {t.name: fakes.get(t.name) for t in sig.inputs}, options)
+        merged = {**canon.attrs, **dict(attrs)}
+        b = bind(sig, canon.inputs, merged)
+    except CallError as exc:
+        raise GraphError(f"{here}: {probes.words(str(exc))}") from None
+    except (TypeError, ValueError, np.exceptions.AxisError) as exc:
+        raise GraphError(f"{here}: {probes.words(str(exc))}") from None
+    if canon.casts:
+        shown = ", ".join(f"{k} to {d}" for k, d in canon.casts.items())
+        raise GraphError(
+            f"{here}: the call converts {shown}; graphs do not promote dtypes yet: convert with "
+            "g.ops.cast_<dtype> first"
+        )
+    if canon.then is not None:
+        raise GraphError(
+            f"{here}: this call takes more than one launch (axes that are not adjacent); graphs "
+            "take one launch per op call: reduce one group of adjacent axes per call"
+        )
+    for k, arr in canon.inputs.items():
+        if k in fakes and arr.size != fakes[k].size:
+            raise GraphError(
+                f"{here}: input {k!r} would be copied to shape {probes.words(str(arr.shape))} "
+                "(a materialized broadcast); graphs take views only"
+            )
+    canonical = [(k, tuple(probes.dim(n) for n in arr.shape)) for k, arr in canon.inputs.items()]
+    outs: dict[str, Any] = {}
+    odt: dict[str, str] = {}
+    for t in sig.outputs:
+        shape = tuple(b.dims[d] for d in t.shape)
+        canonical.append((t.name, tuple(probes.dim(n) for n in shape)))
+        odt[t.name] = t.dtype or dtype
+        outs[t.name] = _fake(shape, odt[t.name])
+    finished = canon.finish(outs)
+    outputs = tuple(
+        (t.name, odt[t.name], tuple(probes.dim(n) for n in finished[t.name].shape))
+        for t in sig.outputs
+    )
+    return Inferred(
+        dtype,
+        tuple(canonical),
+        tuple((k, probes.dim(v)) for k, v in sorted(b.dims.items())),
+        tuple(sorted(merged.items())),
+        outputs,
+    )
+
+
+def _dtype(here: str, sig: OpSig, given: Mapping[str, Value]) -> str:
+    """The call's dtype: the inputs of the op's dtype must share one (no promotion yet)."""
+    free = {k: v for k, v in given.items() if sig.tensor(k).dtype is None}
+    kinds = sorted({v.dtype for v in free.values()})
+    if len(kinds) > 1:
+        shown = " but ".join(f"{k}={v.name} is {v.dtype}" for k, v in free.items())
+        raise GraphError(
+            f"{here}: {shown}; graphs do not promote dtypes yet: convert with "
+            "g.ops.cast_<dtype> first"
+        )
+    for k, v in given.items():
+        fixed = sig.tensor(k).dtype
+        if fixed is not None and v.dtype != fixed:
+            raise GraphError(f"{here}: {k}={v.name} must be {fixed}, not {v.dtype}")
+    dtype = kinds[0] if kinds else sig.dtypes[0]
+    if dtype not in sig.dtypes:
+        raise GraphError(
+            f"{here}: dtype {dtype} is not supported (supported: {', '.join(sig.dtypes)})"
+        )
+    return dtype
+
+
+def same_size(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, Dim] | None:
+    """None when two shapes have the same element count for every size; else the two counts
+    with their common factors cancelled (the guard a reshape needs)."""
+    pa = math.prod(a, start=Dim.const(1))
+    pb = math.prod(b, start=Dim.const(1))
+    if pa == pb:
+        return None
+    if pa.is_monomial and pb.is_monomial and pa.terms and pb.terms:
+        (ma, ca), (mb, cb) = pa.terms[0], pb.terms[0]
+        common = list(ma)
+        ra, rb = [], list(mb)
+        for n in common:
+            if n in rb:
+                rb.remove(n)
+            else:
+                ra.append(n)
+        g = math.gcd(ca, cb)
+        left = Dim.const(ca // g)
+        for n in ra:
+            left = left * Dim.name(n)
+        right = Dim.const(cb // g)
+        for n in rb:
+            right = right * Dim.name(n)
+        return left, right
+    return pa, pb
+
+
+__all__ = ["SUPPORTED_CONVENTIONS", "Inferred", "Probes", "infer", "same_size", "shape_str"]
