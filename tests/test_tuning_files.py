@@ -195,3 +195,14 @@ def test_a_file_whose_entries_are_broken_is_skipped_when_they_are_asked_for(
     (f,) = load_folder(folder)  # its head is fine
     with pytest.warns(ClforgeWarning, match=rf"skipped a tuning file: {re.escape(str(path))}:\d+"):
         assert f.entries == ()
+
+
+def test_a_file_past_the_located_loaders_size_says_what_libyaml_says(tmp_path: Path) -> None:
+    entries = GOOD[GOOD.index("- instance") :]
+    copies = database.MAX_YAML_BYTES // len(entries) + 1
+    big = GOOD + entries * copies
+    assert len(parse(big, "big.yaml").entries) == len(parse(GOOD, "x").entries) * (copies + 1)
+    bad = big.replace("  sha: ", "  sha: [", 1)
+    line = _line_of(bad, "sha: [")
+    with pytest.raises(TuningError, match=rf"^big\.yaml:{line + 1}:\d+: YAML syntax error"):
+        parse(bad, "big.yaml")

@@ -37,6 +37,7 @@ from clforge import __version__
 from clforge.core import envelope
 from clforge.core.atomic_file import atomic_write
 from clforge.core.cache_dir import CACHE_ENV, CacheError, private_dir
+from clforge.core.located_yaml import MAX_BYTES as MAX_YAML_BYTES
 from clforge.core.located_yaml import YamlProblem, load_yaml, locate
 from clforge.errors import ClforgeError, ClforgeWarning
 from clforge.params.fingerprint import VECTOR_KEYS, Fingerprint
@@ -296,8 +297,16 @@ def parse(text: str, where: str) -> TuningFile:
     try:
         doc = yaml.load(text, Loader=_FAST_LOADER)
         return _validate(doc, lambda keys: where)
-    except (yaml.YAMLError, TuningError, RecursionError, ValueError, TypeError):
-        pass
+    except TuningError as exc:
+        fast = str(exc)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        place = f"{where}:{mark.line + 1}:{mark.column + 1}" if mark else where
+        fast = f"{place}: YAML syntax error: {exc.problem or exc.context}"
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
+        fast = f"{where}: not YAML: {exc}"
+    if len(text) > MAX_YAML_BYTES:  # past what the located loader reads: libyaml's own word
+        raise TuningError(fast)
     try:
         located = load_yaml(text, where)
     except YamlProblem as exc:
