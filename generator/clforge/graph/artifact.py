@@ -27,11 +27,13 @@ from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.core.layouts import layout_strides
 from clforge.errors import BuildError, CallError, ClforgeError, GraphError
 from clforge.graph.buffers import Place
+from clforge.graph.explain import explain_plan
 from clforge.graph.plan import Plan
 from clforge.graph.records import Node
 from clforge.graph.schedule import Step
 from clforge.graph.select import layouts_of
-from clforge.graph.shapes import _fake
+from clforge.graph.serial import save
+from clforge.graph.shapes import probe_array
 from clforge.registry.loader import guard_holds
 from clforge.runtime.launch import LaunchPlan
 from clforge.runtime.transfer import to_host, upload
@@ -243,7 +245,7 @@ class Model:
         for tensor, vid in n.inputs:
             if vid is not None:
                 v = ir.value(vid)
-                given[tensor] = _fake(tuple(x.evaluate(env) for x in v.shape), v.dtype)
+                given[tensor] = probe_array(tuple(x.evaluate(env) for x in v.shape), v.dtype)
         try:
             canon = CONVENTIONS[sig.call].canonical(
                 sig, {t.name: given.get(t.name) for t in sig.inputs}, dict(n.options)
@@ -256,7 +258,8 @@ class Model:
                 dims = bind_dims(sig, {k: tuple(a.shape) for k, a in shapes.items()}, attrs)
                 for t in missing:
                     shape = (1,) * len(t.shape) if t.broadcast else tuple(dims[x] for x in t.shape)
-                    host = np.full(shape, t.fill or 0, DTYPES[t.dtype or n.dtype].np_dtype)
+                    np_dtype = DTYPES[t.dtype or n.dtype].np_dtype
+                    host = np.full(shape, _fill_value(t.fill, np_dtype), np_dtype)
                     fills[t.name] = cla.to_device(d.runtime.queue, host)
                     shapes[t.name] = host
             b = bind(sig, shapes, attrs)
@@ -288,8 +291,6 @@ class Model:
     def explain(self, file: TextIO | None = sys.stdout) -> str:
         """Every stage's output (and the specializations made so far); printed to `file`
         (None: not printed) and returned."""
-        from clforge.graph.explain import explain_plan
-
         text = explain_plan(self.plan, self.cache)
         if file is not None:
             print(text, file=file)
@@ -297,6 +298,15 @@ class Model:
 
     def save(self, path: Any) -> None:
         """Write the plan and the guards as data (JSON), constants included."""
-        from clforge.graph.serial import save
-
         save(self.plan, path)
+
+
+def _fill_value(fill: float | None, np_dtype: np.dtype) -> float | int:
+    """An omitted optional input's fill, as the eager layer makes it: 0 when the spec gives
+    none; for an integer dtype a fill beyond its range (clip's infinite bounds) is clamped."""
+    if fill is None:
+        return 0
+    if np.issubdtype(np_dtype, np.integer):
+        info = np.iinfo(np_dtype)
+        return int(max(info.min, min(info.max, fill)))
+    return fill

@@ -28,6 +28,8 @@ class Binding:
     axis: int
 
     def __str__(self) -> str:
+        if _hidden(self.dim):
+            return f"{self.dim}: read, to solve a dim from"
         return f"{self.dim} := {self.input}.shape[{self.axis}]"
 
 
@@ -71,7 +73,8 @@ class GuardSet:
 
     @property
     def dims(self) -> tuple[str, ...]:
-        return tuple(b.dim for b in self.bindings) + tuple(s.dim for s in self.solves)
+        names = tuple(b.dim for b in self.bindings) + tuple(s.dim for s in self.solves)
+        return tuple(n for n in names if not _hidden(n))
 
     def lines(self) -> list[str]:
         return [
@@ -130,7 +133,7 @@ class GuardSet:
         for k, v in env.items():
             if v > _INT32_MAX:
                 raise CallError(f"{here}: dim {k} = {v} exceeds the kernels' 32-bit index range")
-        return env
+        return {k: v for k, v in env.items() if not _hidden(k)}
 
 
 def guards_of(ir: GraphIR) -> GuardSet:
@@ -147,8 +150,17 @@ def guards_of(ir: GraphIR) -> GuardSet:
                 bound.add(name)
             else:
                 axes.append(AxisCheck(v.name, k, d))
-    solves: list[Solve] = []
+    # an axis whose dim has names no axis binds alone (z [S, H*hd] binds no hd) is a size to
+    # solve from: a hidden name for the axis, and the equality `z.shape[1] == H*hd`
+    solvable = [a for a in axes if not a.dim.names <= bound]
+    axes = [a for a in axes if a.dim.names <= bound]
     pending = list(ir.guards)
+    for a in solvable:
+        hidden = f"{a.input}.shape[{a.axis}]"
+        bindings.append(Binding(hidden, a.input, a.axis))
+        bound.add(hidden)
+        pending.append(Guard("equal", Dim.name(hidden), f"{a.input} axis {a.axis}", rhs=a.dim))
+    solves: list[Solve] = []
     checks: list[Guard] = []
     progress = True
     while progress:
@@ -178,6 +190,11 @@ def guards_of(ir: GraphIR) -> GuardSet:
         )
     ins = tuple((ir.value(v).name, len(ir.value(v).shape)) for v in ir.inputs)
     return GuardSet(ins, tuple(bindings), tuple(solves), tuple(axes), tuple(checks))
+
+
+def _hidden(name: str) -> bool:
+    """A name for an input axis's size (``z.shape[1]``), not a dim of the graph."""
+    return "[" in name
 
 
 def _solve(g: Guard, bound: set[str]) -> Solve | None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from clforge.call.selection import chosen_or_raise
 from clforge.errors import ClforgeError, GraphError
 from clforge.graph.records import GraphIR, Node
 
@@ -92,8 +93,6 @@ def select_nodes(ir: GraphIR, d: Any) -> tuple[NodeSelection, ...]:
 def _best(d: Any, sel: Any) -> Any:
     """The best accepted candidate, without building it (a specialization builds what it
     runs)."""
-    from clforge.call.selection import chosen_or_raise
-
     chosen_or_raise(sel)
     return d.registry.instance(sel.chosen.instance)
 
@@ -103,4 +102,4 @@ def _params(d: Any, inst: Any, known: Mapping[str, int], attrs: Any) -> str:
         env = {**known, **{k: v for k, v in attrs if isinstance(v, int)}}
         return str(d.params_for(inst, env).describe())
     except ClforgeError as exc:  # a computed set that needs a dim the graph does not fix
-        return f"decided per specialization ({exc})"
+        return f"decided per specialization, at each call's sizes ({exc})"

@@ -115,7 +115,7 @@ class Probes:
         return re.sub(r"\b\d{3,}\b", sub, text)
 
 
-def _fake(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+def probe_array(shape: tuple[int, ...], dtype: str) -> np.ndarray:
     """A read-only array of `shape` with all strides 0: sizes without memory."""
     base = np.zeros(1, DTYPES[dtype].np_dtype)
     return as_strided(base, shape, (0,) * len(shape), writeable=False)
@@ -135,16 +135,17 @@ def infer(
     here = f"graph {graph!r}: {sig.name}({where})"
     dtype = _dtype(here, sig, given)
     probes = Probes.for_shapes([v.shape for v in given.values()])
-    fakes = {k: _fake(tuple(probes.size(d) for d in v.shape), v.dtype) for k, v in given.items()}
+    fakes = {
+        k: probe_array(tuple(probes.size(d) for d in v.shape), v.dtype) for k, v in given.items()
+    }
     conv = CONVENTIONS[sig.call]
     try:
         canon = conv.canonical(sig, {t.name: fakes.get(t.name) for t in sig.inputs}, options)
         merged = {**canon.attrs, **dict(attrs)}
         b = bind(sig, canon.inputs, merged)
-    except CallError as exc:
-        raise GraphError(f"{here}: {probes.words(str(exc))}") from None
-    except (TypeError, ValueError, np.exceptions.AxisError) as exc:
-        raise GraphError(f"{here}: {probes.words(str(exc))}") from None
+    except (CallError, TypeError, ValueError, np.exceptions.AxisError) as exc:
+        clash = _clash(given) if sig.call in ("broadcast", "flat") else ""
+        raise GraphError(f"{here}: {probes.words(str(exc))}{clash}") from None
     if canon.casts:
         shown = ", ".join(f"{k} to {d}" for k, d in canon.casts.items())
         raise GraphError(
@@ -169,7 +170,7 @@ def infer(
         shape = tuple(b.dims[d] for d in t.shape)
         canonical.append((t.name, tuple(probes.dim(n) for n in shape)))
         odt[t.name] = t.dtype or dtype
-        outs[t.name] = _fake(shape, odt[t.name])
+        outs[t.name] = probe_array(shape, odt[t.name])
     finished = canon.finish(outs)
     outputs = tuple(
         (t.name, odt[t.name], tuple(probes.dim(n) for n in finished[t.name].shape))
@@ -182,6 +183,21 @@ def infer(
         tuple(sorted(merged.items())),
         outputs,
     )
+
+
+def _clash(given: Mapping[str, Value]) -> str:
+    """The first axis (from the right, as broadcasting aligns them) where two inputs have
+    different dims, neither of them 1: both tensors and both dims, for an error message."""
+    items = list(given.items())
+    for i, (ka, a) in enumerate(items):
+        for kb, b in items[i + 1 :]:
+            for k in range(1, min(len(a.shape), len(b.shape)) + 1):
+                da, db = a.shape[-k], b.shape[-k]
+                if da != db and Dim.const(1) not in (da, db):
+                    return (
+                        f" (axis -{k}: dim {da} of {ka}={a.name} against dim {db} of {kb}={b.name})"
+                    )
+    return ""
 
 
 def _dtype(here: str, sig: OpSig, given: Mapping[str, Value]) -> str:
@@ -233,4 +249,12 @@ def same_size(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, Dim] | None:
     return pa, pb
 
 
-__all__ = ["SUPPORTED_CONVENTIONS", "Inferred", "Probes", "infer", "same_size", "shape_str"]
+__all__ = [
+    "SUPPORTED_CONVENTIONS",
+    "Inferred",
+    "Probes",
+    "infer",
+    "probe_array",
+    "same_size",
+    "shape_str",
+]

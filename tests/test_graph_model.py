@@ -1,0 +1,206 @@
+"""Compiled graphs run: a small MLP and a layer_norm → matmul → softmax chain against NumPy at
+odd sizes, device arrays in and out, guards that hold and that break, specializations, and a
+saved model loaded and run in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+import clforge
+from clforge import Graph, TensorType, dispatcher
+from clforge.errors import CallError, GraphError
+
+rng = np.random.default_rng(35)
+ROOT = Path(__file__).resolve().parents[1]
+_erf = np.vectorize(math.erf)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def close(a, b, tol=2e-4):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+D, H, OUT = 7, 13, 5
+W1, B1, W2 = rand(D, H), rand(H), rand(H, OUT)
+
+
+def mlp() -> Graph:
+    g = Graph("mlp")
+    x = g.input("x", TensorType("f32", ("S", D)))
+    h = g.ops.gelu(g.ops.add(g.ops.matmul(x, g.constant(W1, "w1")), g.constant(B1, "b1")))
+    g.output(g.ops.matmul(h, g.constant(W2, "w2")))
+    return g
+
+
+@pytest.fixture(scope="module")
+def mlp_model():
+    return mlp().compile()
+
+
+@pytest.mark.parametrize("s", [1, 2, 3, 17, 31])
+def test_mlp_against_numpy(mlp_model, s):
+    x = rand(s, D)
+    close(mlp_model(x), gelu(x @ W1 + B1) @ W2)
+
+
+def chain() -> Graph:
+    g = Graph("ln_mm_sm")
+    x = g.input("x", TensorType("f32", ("S", "D")))
+    w = g.input("w", TensorType("f32", ("D", "N")))
+    gamma = g.input("gamma", TensorType("f32", ("D",)))
+    beta = g.input("beta", TensorType("f32", ("D",)))
+    y = g.ops.softmax(g.ops.matmul(g.ops.layer_norm(x, gamma, beta), w), axis=-1)
+    g.output(y)
+    return g
+
+
+@pytest.fixture(scope="module")
+def chain_model():
+    return chain().compile()
+
+
+@pytest.mark.parametrize(
+    ("s", "d", "n"), [(1, 1, 1), (1, 3, 2), (5, 7, 11), (13, 2, 3), (3, 17, 19)]
+)
+def test_layer_norm_matmul_softmax_against_numpy(chain_model, s, d, n):
+    x, w, gm, bt = rand(s, d), rand(d, n), rand(d), rand(d)
+    close(chain_model(x, w, gamma=gm, beta=bt), softmax(layer_norm(x, gm, bt) @ w))
+
+
+def test_device_arrays_in_device_arrays_out(chain_model):
+    q = dispatcher().runtime.queue
+    host = [rand(3, 5), rand(5, 2), rand(5), rand(5)]
+    out = chain_model(*(cla.to_device(q, a) for a in host))
+    assert isinstance(out, cla.Array)
+    close(out.get(), chain_model(*host))
+    view = cla.to_device(q, rand(3, 10))[:, :5]
+    with pytest.raises(CallError, match="contiguous row-major"):
+        chain_model(view, *(cla.to_device(q, a) for a in host[1:]))
+
+
+def test_guard_hits_and_misses(chain_model):
+    chain_model.cache.clear()
+    x, w, gm, bt = rand(4, 3), rand(3, 2), rand(3), rand(3)
+    chain_model(x, w, gm, bt)
+    chain_model(rand(4, 3), rand(3, 2), rand(3), rand(3))  # a hit: same dims
+    assert list(chain_model.cache) == [(("D", 3), ("N", 2), ("S", 4))]
+    chain_model(rand(6, 3), w, gm, bt)  # new dims: a second specialization
+    assert len(chain_model.cache) == 2
+    with pytest.raises(CallError, match=r"dim D is 3 in x .* but 4 in w .*one name means one size"):
+        chain_model(x, rand(4, 2), gm, bt)
+    with pytest.raises(CallError, match=r"dim D is 3 in x .* but 2 in gamma"):
+        chain_model(x, w, rand(2), bt)
+    with pytest.raises(CallError, match="rank 3"):
+        chain_model(rand(4, 3, 1), w, gm, bt)
+    with pytest.raises(CallError, match="dtype float64"):
+        chain_model(x.astype(np.float64), w, gm, bt)
+    with pytest.raises(CallError, match="missing input 'beta'"):
+        chain_model(x, w, gm)
+    assert len(chain_model.cache) == 2  # a failed call makes no specialization
+    for spec in chain_model.cache.values():
+        for node in spec.summary()["nodes"]:
+            static = chain_model.plan.selection(node["node"]).instance
+            # the static choice where its guard holds at these sizes, else a re-dispatch
+            assert (node["instance"] == static) == node["guard_held"]
+
+
+def test_range_and_algebraic_guards():
+    g = Graph("heads")
+    x = g.input("x", TensorType("f32", ("S", "D")))
+    g.input("h", TensorType("f32", ("H",)))
+    g.dim_range("S", 1, 8)
+    y = g.ops.softmax(g.reshape(x, ("S", "H", "hd")), axis=-1)
+    g.output(g.reshape(y, ("S", "D")))
+    m = g.compile()
+    x = rand(5, 12)
+    close(m(x, rand(4)), softmax(x.reshape(5, 4, 3)).reshape(5, 12))
+    assert list(m.cache) == [(("D", 12), ("H", 4), ("S", 5), ("hd", 3))]
+    with pytest.raises(CallError, match=r"D == H\*hd .* fails: D = 10 is not a multiple of H = 4"):
+        m(rand(5, 10), rand(4))
+    with pytest.raises(CallError, match=r"1 <= S <= 8 .* fails for S=9"):
+        m(rand(9, 12), rand(4))
+
+
+def test_outputs_that_are_inputs_and_constants_are_copies():
+    g = Graph("id")
+    x = g.input("x", TensorType("f32", ("N",)))
+    g.output(g.ops.cast_f32(x), g.ops.exp(x))
+    m = g.compile()
+    assert "a cast of x to its own dtype f32" in m.explain(file=None)
+    a = rand(3)
+    same, e = m(a)
+    close(same, a)
+    close(e, np.exp(a))
+
+
+SCRIPT = """
+import json, sys
+import numpy as np
+import clforge
+m = clforge.load(sys.argv[1])
+x = np.load(sys.argv[2])
+out = m(x)
+np.save(sys.argv[3], out)
+print(json.dumps({"cache": len(m.cache), "explain": "== 7. schedule" in m.explain(file=None)}))
+"""
+
+
+def test_save_and_load_in_a_fresh_process(tmp_path, mlp_model):
+    path = tmp_path / "mlp.json"
+    mlp_model.save(path)
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "clforge-graph/1"
+    assert "pickle" not in path.read_text()
+    x = rand(11, D)
+    np.save(tmp_path / "x.npy", x)
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "generator"), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, str(script), str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"cache": 1, "explain": True}
+    close(np.load(tmp_path / "y.npy"), mlp_model(x), tol=1e-6)
+    loaded = clforge.load(path)
+    assert loaded.plan.guards == mlp_model.plan.guards
+    assert loaded.plan.schedule == mlp_model.plan.schedule
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"format": "clforge-graph/1", "plan": {"__record__": "os.system"}}))
+    with pytest.raises(GraphError, match="not a clforge graph record"):
+        clforge.load(bad)
