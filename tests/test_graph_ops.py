@@ -51,7 +51,6 @@ CASES: dict[str, Case] = {
     "gemm": (
         [("f32", ("D", "S")), ("f32", ("N", "D")), ("f32", ("N",))],
         {"trans_a": True, "trans_b": True, "alpha": 0.5, "beta": 2.0},
-        None,
     ),
     "permute": ([("f32", ("B", "S", "D"))], {"axes": (2, 0, 1)}),
 }
