@@ -129,3 +129,18 @@ def test_damaged_entry_is_removed_and_rebuilt_not_trusted(tmp_path: Path, how: s
     assert stats == {"memory_hits": 0, "disk_hits": 0, "builds": 1, "rebuilt_corrupt": 1}
     assert "removed and rebuilt from source" in done.stderr
     assert _run(cache, pocl)["disk_hits"] == 1  # the rebuilt entry is good again
+
+
+def test_key_covers_the_target_the_driver_compiles_for(runtime) -> None:
+    """Two machines whose CPUs PoCL names alike (a masked "Intel(R) Xeon(R) Processor") but
+    compiles for differently (its LLVM target, in the device version's HSTR) share no entry: a
+    binary for one instruction set is never handed to a driver on the other."""
+    from types import SimpleNamespace
+
+    dev = runtime.device
+    fields = ("name", "version", "driver_version")
+    here = SimpleNamespace(platform=dev.platform, **{f: getattr(dev, f) for f in fields})
+    zen3 = SimpleNamespace(**{**vars(here), "version": "OpenCL 3.0 PoCL HSTR: pthread-znver3"})
+    base = ProgramCache.key(here, "kernel void f() {}", "")  # type: ignore[arg-type]
+    assert base == ProgramCache.key(dev, "kernel void f() {}", "")
+    assert ProgramCache.key(zen3, "kernel void f() {}", "") != base  # type: ignore[arg-type]

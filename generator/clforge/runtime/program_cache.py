@@ -1,13 +1,14 @@
 """The program cache: built programs per context in memory, and their binaries on disk.
 
-A disk entry is keyed by the source hash, the build options, the platform, device and driver
-versions and the clforge version, so any change to one of them misses. Each entry is written
-whole and read back through the checked envelope (core/envelope.py: magic, length, SHA-256 of
-the entry and of its key), verified before the binary reaches the driver: a truncated, damaged,
-unreadable or untrusted entry (which could crash a driver that trusts it) is removed with one
-warning and rebuilt from source, and so is a binary the driver refuses. `CLFORGE_CACHE_DIR`
-moves the folder (default ~/.cache/clforge, created 0700; one another user could write is
-refused); `CLFORGE_CACHE=0` turns the disk part off.
+A disk entry is keyed by the source hash, the build options, the platform, the device (name and
+version string, which names PoCL's CPU target), the driver version and the clforge version, so
+any change to one of them misses. Each entry is written whole and read back through the checked
+envelope (core/envelope.py: magic, length, SHA-256 of the entry and of its key), verified before
+the binary reaches the driver: a truncated, damaged, unreadable or untrusted entry (which could
+crash a driver that trusts it) is removed with one warning and rebuilt from source, and so is a
+binary the driver refuses. `CLFORGE_CACHE_DIR` moves the folder (default ~/.cache/clforge,
+created 0700; one another user could write is refused); `CLFORGE_CACHE=0` turns the disk part
+off.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class ProgramCache:
             "clforge": __version__,
             "platform": f"{device.platform.name} {device.platform.version}",
             "device": device.name,
+            # what the driver compiles for: PoCL names its LLVM CPU target only here (HSTR:
+            # "pthread-x86_64-unknown-linux-gnu-rocketlake"), and masked CPU names ("Intel(R)
+            # Xeon(R) Processor") are alike on machines of other instruction sets
+            "device_version": device.version,
             "driver": device.driver_version,
             "options": options,
             "source": hashlib.sha256(source.encode("utf-8")).hexdigest(),
