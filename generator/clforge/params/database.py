@@ -325,14 +325,15 @@ def parse(text: str, where: str) -> TuningFile:
 # --- the index of parsed files, in clforge's cache folder ----------------------------------------
 
 _INDEX_KIND = "tuning-index"
-# what an index entry depends on besides the file's bytes: this code and the fingerprint's
+# what an index entry depends on besides the file's bytes: Python, this code and the device's
 _CODE = envelope.digest(
     __version__,
     sys.version,
     str(marshal.version),
     str(SCHEMA),
-    Path(__file__).read_bytes(),
-    Path(__file__).with_name("fingerprint.py").read_bytes(),
+    # the parse and the fingerprint, and what derives a fingerprint's fields (device/isa.py)
+    *(p.read_bytes() for p in sorted(Path(__file__).parent.glob("*.py"))),
+    *(p.read_bytes() for p in sorted(Path(__file__).parents[1].joinpath("device").glob("*.py"))),
 )
 
 
