@@ -200,6 +200,12 @@ def test_save_and_load_in_a_fresh_process(tmp_path, mlp_model):
     loaded = clforge.load(path)
     assert loaded.plan.guards == mlp_model.plan.guards
     assert loaded.plan.schedule == mlp_model.plan.schedule
+    text = path.read_text()
+    inst = mlp_model.plan.selections[0].instance
+    stale = tmp_path / "stale.json"
+    stale.write_text(text.replace(f'"{inst}"', '"matmul__gone__f32"'))
+    with pytest.raises(GraphError, match=r"matmul__gone__f32.*compile the graph again"):
+        clforge.load(stale)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"format": "clforge-graph/1", "plan": {"__record__": "os.system"}}))
     with pytest.raises(GraphError, match="not a clforge graph record"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from clforge.errors import GraphError
 from clforge.graph.artifact import Model
 from clforge.graph.capture import Graph, GraphValue, supported_ops
 from clforge.graph.dims import Dim
@@ -18,8 +19,18 @@ from clforge.graph.serial import load_plan
 
 
 def load(path: Any, queue: Any = None) -> Model:
-    """A model saved by ``Model.save``, ready to run (no capture, no planning)."""
-    return Model(load_plan(path), queue)
+    """A model saved by ``Model.save``, ready to run (no capture, no planning). The instances
+    its plan names must be in this clforge's registry (else a GraphError says to compile the
+    graph again)."""
+    model = Model(load_plan(path), queue)
+    reg = model.dispatcher.registry
+    missing = [s.instance for s in model.plan.selections if s.instance not in reg.instances]
+    if missing:
+        raise GraphError(
+            f"{path}: the saved plan names instances this clforge does not have "
+            f"({', '.join(missing)}); compile the graph again"
+        )
+    return model
 
 
 __all__ = ["Dim", "Graph", "GraphValue", "Model", "load", "supported_ops"]
