@@ -121,7 +121,7 @@ def shape(env: Env, rank: int, *, lo: int = 0, budget: int = BUDGET) -> tuple[in
     dims = [max(lo, size(env)) for _ in range(rank)]
     if rank and env.draw(st.integers(0, 4)) == 0:
         dims[env.draw(st.integers(0, rank - 1))] = env.draw(st.sampled_from(PRIMES))
-    while math.prod(dims) > budget:
+    while math.prod(max(1, n) for n in dims) > budget:  # an empty axis still leaves the rest
         k = dims.index(max(dims))
         dims[k] = max(lo, dims[k] // 3)
     return tuple(dims)
@@ -904,3 +904,14 @@ def test_one_array_for_two_arguments_does_not_poison_the_memo() -> None:
     ops_call("matmul", w, w.T)  # a and b views of one buffer, b transposed
     got = ops_call("matmul", dev(1.0, (3, 4)), dev(2.0, (3, 4)).T).get()
     assert (got == 8).all(), got
+
+
+def test_attention_takes_a_numpy_bool_scalar_as_mask() -> None:
+    """A NumPy scalar mask (np.True_, a 0-d np.generic, not an np.ndarray) was taken for a
+    device array and refused as 'a boolean device array'. Found by the fuzzer:
+    attention(q, k, v, np.bool_(True)) on empty NumPy arrays."""
+    q = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    want = ops_call("attention", q, q, q)
+    np.testing.assert_allclose(ops_call("attention", q, q, q, np.True_), want, rtol=1e-6)
+    masked = ops_call("attention", q, q, q, np.False_)  # every key masked out: zeros
+    assert masked.shape == want.shape and not masked.any()

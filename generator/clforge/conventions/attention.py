@@ -123,6 +123,8 @@ def _mask(op: OpSig, name: str, mask: Any, scores: tuple[int, ...]) -> Any:
     """The mask with the scores' rank (size-1 axes stretch), as a view: a NumPy mask broadcast
     by stride 0 (np.broadcast_to) at its un-broadcast size. A boolean mask must be a NumPy
     array (the eager layer casts it to q's dtype on the host)."""
+    if isinstance(mask, np.generic):  # a NumPy scalar (np.True_): a 0-d NumPy mask
+        mask = np.asarray(mask)
     shape = tuple(int(n) for n in mask.shape)
     if len(shape) > len(scores) or any(
         n not in (1, s) for n, s in zip(shape[::-1], scores[::-1], strict=False)
