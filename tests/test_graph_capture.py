@@ -144,3 +144,19 @@ def test_reshape_and_rebind_record_guards(g):
     assert shape(g.ops.exp(rb)) == ("S", "E")
     with pytest.raises(GraphError, match="6 is not 5"):
         g.reshape(g.input("c", f32(2, 3)), (5,))
+
+
+def test_many_symbolic_axes_within_the_index_range(g):
+    # four symbolic axes and a literal 64 pass 2^31 with the readable primes: retried smaller
+    x = g.input("x", f32("B", "H", "S", 64))
+    y = g.ops.matmul(x, g.ops.permute(x, axes=(0, 1, 3, 2)))
+    assert shape(y) == ("B", "H", "S", "S")
+    assert shape(g.ops.softmax(y)) == ("B", "H", "S", "S")
+
+
+def test_numpy_options_are_plain_data(g):
+    x = g.input("x", f32("A", "B"))
+    g.ops.sum(x, axis=[np.int64(1)], keepdims=np.bool_(True))
+    assert g._nodes[-1].options == (("axis", (1,)), ("keepdims", True))
+    with pytest.raises(GraphError, match="keepdims must be True or False"):
+        g.ops.sum(x, axis=1, keepdims="yes")

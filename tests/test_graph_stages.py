@@ -141,3 +141,5 @@ def test_select_and_explain_show_every_stage():
     assert "== 8. specializations" in text and "S=3" in text
     assert "S := x.shape[0]" in text and "x.shape[1] == 8" in text
     assert sel["matmul"].instance in text
+    verbose = m.explain(file=None, verbose=True)
+    assert "CHOSEN" in verbose and "CHOSEN" not in text

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
@@ -83,6 +84,8 @@ class Model:
     # the specializations made: (dim, size) pairs -> what each node runs
     cache: dict[tuple[tuple[str, int], ...], Specialization] = field(default_factory=dict)
     _constants: dict[int, cla.Array] = field(default_factory=dict, repr=False)
+    # one call at a time: the slots are shared by every call of a specialization
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def name(self) -> str:
@@ -136,6 +139,10 @@ class Model:
         return given
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._call(args, kwargs)
+
+    def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         ir = self.plan.ir
         given = self._arrays(args, kwargs)
         shapes = {k: tuple(int(n) for n in a.shape) for k, a in given.items()}
@@ -288,10 +295,11 @@ class Model:
 
     # --- explain, save ------------------------------------------------------------------------
 
-    def explain(self, file: TextIO | None = sys.stdout) -> str:
+    def explain(self, file: TextIO | None = sys.stdout, *, verbose: bool = False) -> str:
         """Every stage's output (and the specializations made so far); printed to `file`
-        (None: not printed) and returned."""
-        text = explain_plan(self.plan, self.cache)
+        (None: not printed) and returned. `verbose` adds each node's full verdict table (every
+        candidate, chosen, eligible or rejected, and why)."""
+        text = explain_plan(self.plan, self.cache, verbose=verbose)
         if file is not None:
             print(text, file=file)
         return text

@@ -276,6 +276,7 @@ class Graph:
         options: dict[str, Any] = {}
         attrs: dict[str, float | int] = {}
         option_names = {p.name for p in conv.params(sig)}
+        bool_options = {p.name for p in conv.params(sig) if p.annotation == "bool"}
         attr_names = {a.name for a in sig.attrs} - set(conv.supplies(sig))
         for k, val in kwargs.items():
             if k in named or (k in {t.name for t in sig.inputs} and k not in option_names):
@@ -283,10 +284,12 @@ class Graph:
                     raise GraphError(f"{here}: input {k!r} given by position and by keyword")
                 named[k] = val
             elif k in option_names:
-                options[k] = tuple(val) if isinstance(val, list) else val
+                options[k] = _plain(val)
+                if k in bool_options and not isinstance(options[k], bool):
+                    raise GraphError(f"{here}: {k} must be True or False, got {val!r}")
             elif k in attr_names:
                 if val is not None:
-                    attrs[k] = val
+                    attrs[k] = _plain(val)
             else:
                 known = sorted(option_names | attr_names)
                 raise GraphError(
@@ -364,6 +367,16 @@ class Graph:
         from clforge.graph.pipeline import lower
 
         return lower(self.ir(), queue)
+
+
+def _plain(value: Any) -> Any:
+    """An option or attribute as plain Python data (saved as JSON): NumPy scalars become
+    Python numbers, lists tuples."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    return value
 
 
 def _id(v: Value | None) -> int | None:

@@ -8,6 +8,7 @@ from typing import Any
 from clforge.graph.dims import shape_str
 from clforge.graph.plan import Plan
 from clforge.graph.records import GraphIR
+from clforge.graph.select import NodeSelection
 
 
 def _nodes(ir: GraphIR) -> list[str]:
@@ -31,14 +32,20 @@ def _nodes(ir: GraphIR) -> list[str]:
     return out
 
 
-def explain_plan(plan: Plan, cache: Mapping[Any, Any]) -> str:
+def _selection(s: NodeSelection, verbose: bool) -> list[str]:
+    if not verbose:
+        return s.lines()
+    return [*s.lines(), *(f"    {ln}" for ln in s.table.splitlines())]
+
+
+def explain_plan(plan: Plan, cache: Mapping[Any, Any], *, verbose: bool = False) -> str:
     ir = plan.ir
     sections: list[tuple[str, list[str]]] = [
         ("capture", _nodes(plan.captured)),
         ("shapes and guards", plan.guards.lines() or ["no guards"]),
         ("simplify", list(plan.simplified) or ["nothing to simplify"]),
         ("fuse", plan.fused.lines()),
-        ("select", [ln for s in plan.selections for ln in s.lines()]),
+        ("select", [ln for s in plan.selections for ln in _selection(s, verbose)]),
         ("plan buffers", plan.buffers.lines(ir)),
         ("schedule", plan.schedule.lines(ir)),
     ]

@@ -102,4 +102,5 @@ def _params(d: Any, inst: Any, known: Mapping[str, int], attrs: Any) -> str:
         env = {**known, **{k: v for k, v in attrs if isinstance(v, int)}}
         return str(d.params_for(inst, env).describe())
     except ClforgeError as exc:  # a computed set that needs a dim the graph does not fix
-        return f"decided per specialization, at each call's sizes ({exc})"
+        why = getattr(exc, "message", str(exc))
+        return f"decided per specialization, at each call's sizes ({why})"

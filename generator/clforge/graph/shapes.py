@@ -33,6 +33,7 @@ from clforge.registry.records import OpSig
 # the conventions a graph node may use; the others' ops are refused by name
 SUPPORTED_CONVENTIONS = ("flat", "broadcast", "axis", "trailing", "matmul", "gemm", "permute")
 _FIRST_PROBE = 101
+_SMALL_PROBE = 3
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ class Probes:
     atoms: tuple[tuple[int, Dim], ...]  # prime -> atom
 
     @classmethod
-    def for_shapes(cls, shapes: list[tuple[Dim, ...]]) -> Probes:
+    def for_shapes(cls, shapes: list[tuple[Dim, ...]], first: int = _FIRST_PROBE) -> Probes:
         atoms: dict[str, Dim] = {}
         literals: set[int] = set()
         for shape in shapes:
@@ -77,7 +78,7 @@ class Probes:
                 else:
                     atoms[str(d)] = d
                     literals.update(abs(c) for _, c in d.terms)
-        gen = _primes(_FIRST_PROBE)
+        gen = _primes(first)
         of_atom, back = [], []
         for key in sorted(atoms):
             p = next(gen)
@@ -134,18 +135,23 @@ def infer(
     where = ", ".join(f"{k}={v.describe()}" for k, v in given.items())
     here = f"graph {graph!r}: {sig.name}({where})"
     dtype = _dtype(here, sig, given)
-    probes = Probes.for_shapes([v.shape for v in given.values()])
-    fakes = {
-        k: probe_array(tuple(probes.size(d) for d in v.shape), v.dtype) for k, v in given.items()
-    }
-    conv = CONVENTIONS[sig.call]
+    shapes = [v.shape for v in given.values()]
+    probes = Probes.for_shapes(shapes)
     try:
-        canon = conv.canonical(sig, {t.name: fakes.get(t.name) for t in sig.inputs}, options)
-        merged = {**canon.attrs, **dict(attrs)}
-        b = bind(sig, canon.inputs, merged)
+        canon, merged, b = _run(sig, given, options, attrs, probes)
     except (CallError, TypeError, ValueError, np.exceptions.AxisError) as exc:
-        clash = _clash(given) if sig.call in ("broadcast", "flat") else ""
-        raise GraphError(f"{here}: {probes.words(str(exc))}{clash}") from None
+        # the primes of at least 101 keep messages readable (no small number is taken for a
+        # dim); a tensor of several symbolic axes can pass the kernels' 32-bit index range
+        # with them, so that refusal is tried again with the smallest primes that fit
+        small = Probes.for_shapes(shapes, first=_SMALL_PROBE)
+        try:
+            if "32-bit" not in str(exc) and "2^31" not in str(exc):
+                raise
+            canon, merged, b = _run(sig, given, options, attrs, small)
+            probes = small
+        except (CallError, TypeError, ValueError, np.exceptions.AxisError):
+            clash = _clash(given) if sig.call in ("broadcast", "flat") else ""
+            raise GraphError(f"{here}: {probes.words(str(exc))}{clash}") from None
     if canon.casts:
         shown = ", ".join(f"{k} to {d}" for k, d in canon.casts.items())
         raise GraphError(
@@ -158,7 +164,7 @@ def infer(
             "take one launch per op call: reduce one group of adjacent axes per call"
         )
     for k, arr in canon.inputs.items():
-        if k in fakes and arr.size != fakes[k].size:
+        if k in given and arr.size != math.prod(probes.size(d) for d in given[k].shape):
             raise GraphError(
                 f"{here}: input {k!r} would be copied to shape {probes.words(str(arr.shape))} "
                 "(a materialized broadcast); graphs take views only"
@@ -198,6 +204,23 @@ def _clash(given: Mapping[str, Value]) -> str:
                         f" (axis -{k}: dim {da} of {ka}={a.name} against dim {db} of {kb}={b.name})"
                     )
     return ""
+
+
+def _run(
+    sig: OpSig,
+    given: Mapping[str, Value],
+    options: Mapping[str, Any],
+    attrs: Mapping[str, float | int],
+    probes: Probes,
+) -> tuple[Any, dict[str, Any], Any]:
+    """The convention and the binding on probe arrays: (canonical call, attributes, bound)."""
+    fakes = {
+        k: probe_array(tuple(probes.size(d) for d in v.shape), v.dtype) for k, v in given.items()
+    }
+    conv = CONVENTIONS[sig.call]
+    canon = conv.canonical(sig, {t.name: fakes.get(t.name) for t in sig.inputs}, options)
+    merged = {**canon.attrs, **dict(attrs)}
+    return canon, merged, bind(sig, canon.inputs, merged)
 
 
 def _dtype(here: str, sig: OpSig, given: Mapping[str, Value]) -> str:
