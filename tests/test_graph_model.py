@@ -210,3 +210,31 @@ def test_save_and_load_in_a_fresh_process(tmp_path, mlp_model):
     bad.write_text(json.dumps({"format": "clforge-graph/1", "plan": {"__record__": "os.system"}}))
     with pytest.raises(GraphError, match="not a clforge graph record"):
         clforge.load(bad)
+
+
+def test_attention_block_from_views_and_matmuls():
+    """A pre-LN self-attention block written with the ops graphs take: heads by reshape and
+    permute (the guard D == H*hd solves hd), scores by batched matmul, a residual add."""
+    g = Graph("attn")
+    x = g.input("x", TensorType("f32", ("S", "D")))
+    g.input("heads", TensorType("f32", ("H",)))
+    wq = g.input("wq", TensorType("f32", ("D", "D")))
+    wo = g.input("wo", TensorType("f32", ("D", "D")))
+    h = g.ops.layer_norm(x)
+    q = g.ops.permute(g.reshape(g.ops.gemm(h, wq), ("S", "H", "hd")), axes=(1, 0, 2))
+    k = g.ops.permute(q, axes=(0, 2, 1))
+    att = g.ops.softmax(g.ops.matmul(q, k) * 0.5, axis=-1)
+    o = g.reshape(g.ops.permute(g.ops.matmul(att, q), axes=(1, 0, 2)), ("S", "D"))
+    g.output(g.ops.add(x, g.ops.matmul(o, wo)))
+    m = g.compile()
+    for s, heads, hd in ((1, 1, 1), (5, 3, 2), (7, 2, 3)):
+        d = heads * hd
+        xv, wqv, wov = rand(s, d), rand(d, d), rand(d, d)
+        qv = layer_norm(xv, np.ones(d, np.float32), np.zeros(d, np.float32)) @ wqv
+        qv = qv.reshape(s, heads, hd).transpose(1, 0, 2)
+        attv = softmax(qv @ qv.transpose(0, 2, 1) * 0.5)
+        ov = (attv @ qv).transpose(1, 0, 2).reshape(s, d)
+        close(m(xv, rand(heads), wqv, wov), xv + ov @ wov, tol=1e-3)
+    assert "hd := (D) / (H)" in m.explain(file=None)
+    with pytest.raises(CallError, match="not a multiple of H = 4"):
+        m(rand(3, 6), rand(4), rand(6, 6), rand(6, 6))
