@@ -15,8 +15,9 @@ def _nodes(ir: GraphIR) -> list[str]:
     out = []
     for vid in ir.inputs:
         out.append(f"input {ir.value(vid).describe()}")
-    for vid in sorted(ir.constants):
-        out.append(f"constant {ir.value(vid).describe()}")
+    for v in ir.values:
+        if v.kind == "constant":
+            out.append(f"constant {v.describe()}")
     for n in ir.nodes:
         ins = ", ".join(f"{t}={'-' if v is None else ir.value(v).name}" for t, v in n.inputs)
         outs = ", ".join(ir.value(v).describe() for v in n.output_ids())
