@@ -536,3 +536,22 @@ def test_flipped_compiled_templates_are_never_run(tmp_path: Path) -> None:
     assert len(second["warnings"]) == len(compiled), second["warnings"]
     assert all("a compiled template" in w for w in second["warnings"])
     assert run() == first  # compiled again, intact
+
+
+def test_an_eager_call_on_a_shared_cache_folder_says_the_fix(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o775)  # what a umask of 002 made of a cache folder before it was made 0700
+    code = (
+        "import numpy as np\nfrom clforge import ops\n"
+        "try:\n    ops.relu(np.ones(8, np.float32))\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    env = {**os.environ, "CLFORGE_CACHE_DIR": str(shared)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    said = done.stdout.strip()
+    assert said.startswith("CacheError "), said + done.stderr[-2000:]
+    assert str(shared) in said and "mode 0775" in said and f"chmod 700 {shared}" in said
+    assert not list(shared.iterdir())  # nothing written there either
