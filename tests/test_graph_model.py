@@ -111,8 +111,10 @@ def test_guard_hits_and_misses(chain_model):
     chain_model.cache.clear()
     x, w, gm, bt = rand(4, 3), rand(3, 2), rand(3), rand(3)
     chain_model(x, w, gm, bt)
+    first = next(iter(chain_model.cache.values()))
     chain_model(rand(4, 3), rand(3, 2), rand(3), rand(3))  # a hit: same dims
     assert list(chain_model.cache) == [(("D", 3), ("N", 2), ("S", 4))]
+    assert next(iter(chain_model.cache.values())) is first  # the same prepared launches
     chain_model(rand(6, 3), w, gm, bt)  # new dims: a second specialization
     assert len(chain_model.cache) == 2
     with pytest.raises(CallError, match=r"dim D is 3 in x .* but 4 in w .*one name means one size"):

@@ -17,7 +17,7 @@ import numpy as np
 
 from clforge.call.compiled import TensorType
 from clforge.conventions import CONVENTIONS
-from clforge.core.dtypes import dtype_of_numpy
+from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.errors import GraphError
 from clforge.graph.dims import Dim, shape_str
 from clforge.graph.records import GraphIR, Guard, Node, Value
@@ -167,8 +167,11 @@ class Graph:
                 f"graph {self.name!r}: input {name!r} is {type.layout}-major; graph inputs are "
                 "row-major (not supported yet: other layouts)"
             )
-        if type.dtype not in {"f16", "f32", "f64", "i32"}:
-            raise GraphError(f"graph {self.name!r}: input {name!r} has unknown dtype {type.dtype}")
+        if type.dtype not in DTYPES:
+            raise GraphError(
+                f"graph {self.name!r}: input {name!r} has unknown dtype {type.dtype} (clforge's "
+                f"dtypes: {', '.join(DTYPES)})"
+            )
         shape = tuple(Dim.of(d) for d in type.shape)
         gv = self._add(name, type.dtype, shape, "input", None)
         self._inputs.append(gv.id)
@@ -343,8 +346,7 @@ class Graph:
             )
         if dtype == "i32" and not -(2**31) <= value <= _INT32_MAX:
             raise GraphError(f"graph {self.name!r}: {value} does not fit i32")
-        np_dtype = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32}
-        return self.constant(np.array(value, np_dtype[dtype]), name="scalar")
+        return self.constant(np.array(value, DTYPES[dtype].np_dtype), name="scalar")
 
     # --- the result ---------------------------------------------------------------------------
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from clforge.call.selection import chosen_or_raise
+from clforge.call.dispatcher import Dispatcher
+from clforge.call.selection import Selection, chosen_or_raise
 from clforge.errors import ClforgeError, GraphError
 from clforge.graph.records import GraphIR, Node
+from clforge.registry.records import Instance
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def layouts_of(node: Node) -> dict[str, str]:
     return out
 
 
-def select_nodes(ir: GraphIR, d: Any) -> tuple[NodeSelection, ...]:
+def select_nodes(ir: GraphIR, d: Dispatcher) -> tuple[NodeSelection, ...]:
     """The stage, with dispatcher `d` (its registry, device profile and tuning files)."""
     out = []
     for n in ir.nodes:
@@ -90,14 +91,22 @@ def select_nodes(ir: GraphIR, d: Any) -> tuple[NodeSelection, ...]:
     return tuple(out)
 
 
-def _best(d: Any, sel: Any) -> Any:
+def _best(d: Dispatcher, sel: Selection) -> Instance:
     """The best accepted candidate, without building it (a specialization builds what it
     runs)."""
     chosen_or_raise(sel)
-    return d.registry.instance(sel.chosen.instance)
+    chosen = sel.chosen
+    if chosen is None or chosen.instance is None:  # pragma: no cover - chosen_or_raise raised
+        raise GraphError(f"{sel.op}: no candidate")
+    return d.registry.instance(chosen.instance)
 
 
-def _params(d: Any, inst: Any, known: Mapping[str, int], attrs: Any) -> str:
+def _params(
+    d: Dispatcher,
+    inst: Instance,
+    known: Mapping[str, int],
+    attrs: tuple[tuple[str, float | int], ...],
+) -> str:
     try:
         env = {**known, **{k: v for k, v in attrs if isinstance(v, int)}}
         return str(d.params_for(inst, env).describe())
