@@ -543,9 +543,9 @@ def test_an_eager_call_on_a_shared_cache_folder_says_the_fix(tmp_path: Path) -> 
     shared.mkdir()
     shared.chmod(0o775)  # what a umask of 002 made of a cache folder before it was made 0700
     code = (
-        "import numpy as np\nfrom clforge import ops\n"
+        "import numpy as np\nimport clforge\nfrom clforge import ops\n"
         "try:\n    ops.relu(np.ones(8, np.float32))\n"
-        "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
+        "except clforge.CacheError as exc:\n    print(type(exc).__name__, exc)\n"
     )
     env = {**os.environ, "CLFORGE_CACHE_DIR": str(shared)}
     done = subprocess.run(

@@ -34,6 +34,7 @@ _LAZY = {
 }
 _ERRORS = (
     "BuildError",
+    "CacheError",
     "CallError",
     "ClforgeError",
     "ClforgeWarning",

@@ -125,6 +125,11 @@ class DeviceError(ClforgeError):
     """No usable OpenCL device, or a device profile that cannot be read."""
 
 
+class CacheError(ClforgeError):
+    """A cache folder another user could write (owned by someone else, or writable by group or
+    others), which clforge will not load code or binaries from; the message says the fix."""
+
+
 class ClforgeWarning(UserWarning):
     """A fallback was taken (e.g. the chosen kernel failed to build on this device, or a cached
     binary was damaged and rebuilt)."""

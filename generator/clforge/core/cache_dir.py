@@ -13,13 +13,11 @@ import stat
 from pathlib import Path
 
 from clforge.core.envelope import untrusted
-from clforge.errors import ClforgeError
+from clforge.errors import CacheError
+
+__all__ = ["CACHE_ENV", "CacheError", "cache_dir", "check_private", "private_dir"]
 
 CACHE_ENV = "CLFORGE_CACHE_DIR"
-
-
-class CacheError(ClforgeError):
-    """A cache folder another user could write, which clforge will not load code from."""
 
 
 def cache_dir(*parts: str) -> Path | None:
