@@ -48,6 +48,7 @@ class Prepared:
     plan: LaunchPlan
     fills: Mapping[str, cla.Array]
     held: bool  # the static instance's guard held (else the step re-dispatched)
+    params: str  # the parameters and where they came from (the tuning chain's account)
 
 
 @dataclass(eq=False)
@@ -67,6 +68,7 @@ class Specialization:
                     "instance": p.plan.inst.name,
                     "guard_held": p.held,
                     "params": dict(p.plan.params),
+                    "params_from": p.params,
                 }
                 for p in self.steps
             ],
@@ -291,7 +293,13 @@ class Model:
                 raise GraphError(
                     f"{here}: output {tensor} has {math.prod(shape)} elements, not {want}"
                 )
-        return Prepared(step, plan, fills, held)
+        choice = d.params_for(inst, b.env)
+        origin = (
+            choice.describe()
+            if dict(choice.params) == dict(plan.params)
+            else f"{dict(plan.params)}: spec defaults (the chosen set could not be built)"
+        )
+        return Prepared(step, plan, fills, held, origin)
 
     # --- explain, save ------------------------------------------------------------------------
 

@@ -57,10 +57,8 @@ def explain_plan(plan: Plan, cache: Mapping[Any, Any], *, verbose: bool = False)
         specs.append(f"{dims}: slots {s['slot_bytes']} bytes")
         for node in s["nodes"]:
             held = "static choice" if node["guard_held"] else "re-dispatched (guard failed)"
-            params = ", ".join(f"{k}={v}" for k, v in node["params"].items()) or "none"
-            specs.append(
-                f"  node {node['node']} {node['op']}: {node['instance']} [{params}] ({held})"
-            )
+            specs.append(f"  node {node['node']} {node['op']}: {node['instance']} ({held})")
+            specs.append(f"    params {node['params_from']}")
     sections.append(("specializations", specs or ["none yet (one is made on a call's first use)"]))
     out = [f"graph {ir.name!r}"]
     for k, (title, lines) in enumerate(sections, 1):
