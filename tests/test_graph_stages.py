@@ -140,6 +140,10 @@ def test_select_and_explain_show_every_stage():
         assert f"== {k}. {title}" in text
     assert "== 8. specializations" in text and "S=3" in text
     assert "S := x.shape[0]" in text and "x.shape[1] == 8" in text
+    (spec,) = m.cache.values()
+    nodes = spec.summary()["nodes"]
+    assert [n["op"] for n in nodes] == ["matmul", "softmax", "sum"]
+    assert all(":" in n["params_from"] and n["params_from"] in text for n in nodes)
     assert sel["matmul"].instance in text
     verbose = m.explain(file=None, verbose=True)
     assert "CHOSEN" in verbose and "CHOSEN" not in text
