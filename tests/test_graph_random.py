@@ -1,4 +1,4 @@
-"""Random graphs of elementwise, broadcast, softmax, norm and matmul nodes with many values
+"""Random graphs of elementwise, broadcast, softmax and layer_norm nodes with several values
 live at once: the compiled model (slots reused by liveness, CSE, dead code) agrees with the same
 calls made eagerly, at several sizes."""
 
