@@ -42,6 +42,7 @@ _ERRORS = (
     "DispatchError",
     "ExtensionError",
     "GenerationError",
+    "GraphError",
     "SpecError",
 )
 
