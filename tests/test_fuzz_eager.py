@@ -915,3 +915,29 @@ def test_attention_takes_a_numpy_bool_scalar_as_mask() -> None:
     np.testing.assert_allclose(ops_call("attention", q, q, q, np.True_), want, rtol=1e-6)
     masked = ops_call("attention", q, q, q, np.False_)  # every key masked out: zeros
     assert masked.shape == want.shape and not masked.any()
+
+
+@pytest.mark.parametrize(
+    ("name", "shape", "first", "then"),
+    [
+        ("gelu", (4,), {"approximate": 1}, {"approximate": True}),  # an int attribute
+        ("leaky_relu", (4,), {"alpha": 1}, {"alpha": True}),  # a float attribute
+        ("sum", (3, 4), {"axis": 1}, {"axis": 1.0}),  # a convention option
+        ("sum", (3, 4), {"axis": 1, "keepdims": True}, {"axis": 1, "keepdims": 1}),
+        ("sum", (3, 4), {"axis": (1,)}, {"axis": (True,)}),
+    ],
+)
+@pytest.mark.parametrize("on_device", [False, True])
+def test_a_memoized_call_does_not_skip_the_type_checks(
+    name: str, shape: tuple[int, ...], first: dict, then: dict, on_device: bool
+) -> None:
+    """Plans and recipes were memoized by the attribute and option values alone, and True, 1
+    and 1.0 are equal keys: after gelu(x, approximate=1), gelu(x, approximate=True) (refused
+    when cold: 'must be an int') was accepted, as was sum(x, axis=1.0) on device arrays after
+    sum(x, axis=1). Found by the fuzzer: gelu(f32 device array (0,), approximate=True) accepted
+    where its model refused it."""
+    x = np.ones(shape, np.float32)
+    arg = cla.to_device(dispatcher().runtime.queue, x) if on_device else x
+    ops_call(name, arg, **first)
+    with pytest.raises(ClforgeError, match=f"^{name}: "):
+        ops_call(name, arg, **then)

@@ -227,7 +227,7 @@ class Dispatcher:
                 )
                 for k, a in inputs.items()
             ),
-            tuple(sorted(attrs.items())),
+            memo_items(attrs),
         )
         plan = self._plans.get(key)
         if plan is None:
@@ -413,6 +413,20 @@ def _shared(device: cl.Device) -> _DeviceShared:
     """What the dispatchers of `device` share (by its cl_device_id)."""
     with _SHARED_LOCK:
         return _SHARED.setdefault(device.int_ptr, _DeviceShared())
+
+
+def memo_items(values: Mapping[str, Any]) -> tuple:
+    """`values` (attributes or options) as part of a memo key, each value with its type: True,
+    1 and 1.0 are equal and hash alike, but a call with one of them may be refused (an int
+    attribute given True, an axis given 1.0) where another is accepted, and a memoized plan or
+    recipe must not skip that check."""
+
+    def typed(v: Any) -> Any:
+        if isinstance(v, tuple | list):
+            return (type(v), tuple(typed(x) for x in v))
+        return (type(v), v)
+
+    return tuple((k, typed(values[k])) for k in sorted(values))
 
 
 # --- the default dispatcher, per queue ------------------------------------------------------

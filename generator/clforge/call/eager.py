@@ -17,7 +17,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from clforge.call.binding import bind_dims, call_types, outputs_in_order
-from clforge.call.dispatcher import Dispatcher, dispatcher
+from clforge.call.dispatcher import Dispatcher, dispatcher, memo_items
 from clforge.conventions import CONVENTIONS
 from clforge.conventions.base import Then
 from clforge.core.dtypes import DTYPES, dtype_of_numpy
@@ -225,7 +225,7 @@ def _recipe_key(
             return None  # NumPy inputs are copied anyway; nothing to save
     if not any(isinstance(a, cla.Array) for a in inputs):
         return None
-    key = (op, tuple(parts), tuple(sorted(attrs.items())), tuple(sorted((options or {}).items())))
+    key = (op, tuple(parts), memo_items(attrs), memo_items(options or {}))
     try:
         hash(key)
     except TypeError:
