@@ -1,9 +1,13 @@
 """The eager API fuzzed with Hypothesis (issue 33, point 5): for every op in the registry, calls
 with random shapes (0, 1, primes, up to a few thousand elements), dtypes (the op's own and
-others: i64, u8, bool, complex, a clforge dtype the op lacks), strided, reversed, offset,
-Fortran-ordered and broadcast (stride 0) NumPy views, canary-padded device arrays (contiguous,
-offset, strided, reversed, transposed), NumPy scalars and, where the convention takes them,
-Python numbers, and attributes and convention options in and out of range or of the wrong type.
+others: i64, u8, bool, complex, byte-swapped, a clforge dtype the op lacks), strided, reversed,
+offset, Fortran-ordered, batched col-major and broadcast (stride 0) NumPy views, canary-padded
+device arrays (contiguous, offset, strided, reversed, transposed, last axes swapped), NumPy
+scalars, where the convention takes them Python numbers (overflowing and non-finite ones too),
+non-arrays, one array (or it and its transpose) for two arguments, and attributes and
+convention options in and out of range or of the wrong type. A third of the calls are all on
+device arrays; each accepted device call is made again on new arrays of the same forms (the
+memoized path: the same key, other buffers and values).
 
 Each call must either return the right result or raise a ClforgeError (CallError mostly) whose
 message starts with the op's name; never another exception, a crash, a write outside an output
@@ -547,9 +551,7 @@ def index(env: Env, call: Call, name: str, shp: tuple[int, ...], lo: int, hi: in
         )
     with np.errstate(all="ignore"):
         host = host.astype(dt)
-    before = len(call.args)
     add_input(env, call, name, host)
-    call.index_on_device |= isinstance(call.args[before], cla.Array)
 
 
 def embedding(env: Env, call: Call) -> None:
@@ -611,6 +613,12 @@ def draw_call(env: Env, op: OpSig) -> Call:
     STRATEGIES[op.call](env, call)
     attr_values(env, call, CONVENTIONS[op.call].supplies(op))
     alias(env, call)
+    # device indices are not range-checked on the host (the kernels clamp them)
+    domains = references.reference_of(op).domains
+    call.index_on_device = any(
+        isinstance(a, cla.Array) and domains.get(t.name, "").startswith("index_of:")
+        for t, a in zip(op.inputs, call.args, strict=False)
+    )
     return call
 
 
