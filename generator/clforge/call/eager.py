@@ -44,12 +44,12 @@ def _filled(d: Dispatcher, op: OpSig, inputs: dict[str, Any]) -> dict[str, Any]:
         # a broadcast input needs one element, stretched; others the full shape
         shape = (1,) * len(t.shape) if t.broadcast else tuple(dims[x] for x in t.shape)
         np_dtype = DTYPES[t.dtype or dtype].np_dtype
-        host = np.full(shape, _fill_value(t.fill, np_dtype), np_dtype)
+        host = np.full(shape, fill_value(t.fill, np_dtype), np_dtype)
         out[t.name] = cla.to_device(d.runtime.queue, host) if on_device else host
     return out
 
 
-def _fill_value(fill: float | None, np_dtype: np.dtype) -> float | int:
+def fill_value(fill: float | None, np_dtype: np.dtype) -> float | int:
     """An optional input's fill in `np_dtype`: 0 when the spec gives none; for an integer dtype a
     fill beyond its range (clip's -inf and inf bounds) is its lowest or highest value."""
     if fill is None:

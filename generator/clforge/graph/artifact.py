@@ -23,6 +23,7 @@ import pyopencl.array as cla
 
 from clforge.call.binding import bind, bind_dims
 from clforge.call.dispatcher import Dispatcher, dispatcher
+from clforge.call.eager import fill_value
 from clforge.conventions import CONVENTIONS
 from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.core.layouts import layout_strides
@@ -268,7 +269,7 @@ class Model:
                 for t in missing:
                     shape = (1,) * len(t.shape) if t.broadcast else tuple(dims[x] for x in t.shape)
                     np_dtype = DTYPES[t.dtype or n.dtype].np_dtype
-                    host = np.full(shape, _fill_value(t.fill, np_dtype), np_dtype)
+                    host = np.full(shape, fill_value(t.fill, np_dtype), np_dtype)
                     fills[t.name] = cla.to_device(d.runtime.queue, host)
                     shapes[t.name] = host
             b = bind(sig, shapes, attrs)
@@ -315,14 +316,3 @@ class Model:
     def save(self, path: Any) -> None:
         """Write the plan and the guards as data (JSON), constants included."""
         save(self.plan, path)
-
-
-def _fill_value(fill: float | None, np_dtype: np.dtype) -> float | int:
-    """An omitted optional input's fill, as the eager layer makes it: 0 when the spec gives
-    none; for an integer dtype a fill beyond its range (clip's infinite bounds) is clamped."""
-    if fill is None:
-        return 0
-    if np.issubdtype(np_dtype, np.integer):
-        info = np.iinfo(np_dtype)
-        return int(max(info.min, min(info.max, fill)))
-    return fill
