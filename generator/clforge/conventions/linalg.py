@@ -173,7 +173,8 @@ class Gemm(Convention):
             if isinstance(bias, (int, float, np.integer, np.floating)) and not isinstance(
                 bias, bool
             ):
-                host = np.full((1, 1), bias, out["a"].dtype)
+                with np.errstate(over="ignore", invalid="ignore"):  # as a broadcast's number:
+                    host = np.full((1, 1), bias, out["a"].dtype)  # beyond f16 or f32 is inf
                 a = out["a"]
                 if isinstance(a, np.ndarray):
                     bias = host
