@@ -11,6 +11,7 @@ from pathlib import Path
 import pyopencl as cl
 import pytest
 
+from clforge.errors import BuildError
 from clforge.runtime.program_cache import ProgramCache
 
 SCRIPT = """
@@ -144,3 +145,34 @@ def test_key_covers_the_target_the_driver_compiles_for(runtime) -> None:
     base = ProgramCache.key(here, "kernel void f() {}", "")  # type: ignore[arg-type]
     assert base == ProgramCache.key(dev, "kernel void f() {}", "")
     assert ProgramCache.key(zen3, "kernel void f() {}", "") != base  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("log", "builds"),
+    [
+        ("<program source>:3:5: error: use of undeclared identifier 'x'", 1),  # the source's
+        ("clBuildProgram failed: BUILD_PROGRAM_FAILURE\n\nBuild on <device>:\n\n", 2),
+    ],
+)
+def test_a_build_failure_without_a_located_error_is_tried_once_more(
+    monkeypatch: pytest.MonkeyPatch, log: str, builds: int
+) -> None:
+    """A compiler diagnostic at a line of the source fails every time, so it counts at once; a
+    failure without one (the driver's environment: seen once with four processes building at
+    once on a loaded host) is tried once more before the build counts as failed."""
+    from clforge.runtime import program_cache
+
+    tries: list[str] = []
+
+    class Failing:
+        def __init__(self, ctx: object, source: str) -> None:
+            pass
+
+        def build(self, **kwargs: object) -> None:
+            tries.append(log)
+            raise cl.RuntimeError(log)
+
+    monkeypatch.setattr(program_cache.cl, "Program", Failing)
+    with pytest.raises(BuildError):
+        program_cache.ProgramCache._from_source(None, "x__generic__f32", "kernel", "")  # type: ignore[arg-type]
+    assert len(tries) == builds

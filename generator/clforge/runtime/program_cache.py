@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,15 +145,22 @@ class ProgramCache:
 
     @staticmethod
     def _from_source(ctx: cl.Context, name: str, source: str, options: str) -> cl.Program:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                # cache_dir=False: not PyOpenCL's own compiler cache as well (a folder of pickles
-                # it unpickles unchecked, used for drivers without a source cache of their own);
-                # this cache keeps the binary, checked
-                prog = cl.Program(ctx, source).build(options=options, cache_dir=False)  # type: ignore[arg-type]
-        except (cl.Error, cl.RuntimeError) as exc:
-            raise BuildError(name, str(exc)) from None
+        for attempt in (1, 2):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    # cache_dir=False: not PyOpenCL's own compiler cache as well (a folder of
+                    # pickles it unpickles unchecked, used for drivers without a source cache of
+                    # their own); this cache keeps the binary, checked
+                    prog = cl.Program(ctx, source).build(options=options, cache_dir=False)  # type: ignore[arg-type]
+                break
+            except (cl.Error, cl.RuntimeError) as exc:
+                # a located compiler diagnostic (`<source>:12:5: error: ...`) is the source's and
+                # comes back every time; a failure without one may be the driver's environment
+                # (seen once with PoCL 3.0, four processes building at once on a loaded host):
+                # that one is tried once more before it counts
+                if attempt == 2 or _LOCATED_ERROR.search(str(exc)):
+                    raise BuildError(name, str(exc)) from None
         if not _has_kernels(prog):
             # seen with PoCL 3.0 compiling for an older CPU than the host (znver3 on Zen 4):
             # the build reports success, the program holds nothing, and reading its binary crashes
@@ -160,6 +168,9 @@ class ProgramCache:
                 name, "the driver reported a successful build, but the program holds no kernel"
             )
         return prog
+
+
+_LOCATED_ERROR = re.compile(r":\d+:\d+: (?:fatal )?error", re.IGNORECASE)
 
 
 def _has_kernels(prog: cl.Program) -> bool:
