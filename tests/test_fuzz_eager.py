@@ -750,8 +750,6 @@ def expect_right_or_refused(call: Call, canaries: Canaries, *, warm: bool = Fals
         host = to_host(out) if isinstance(out, cla.Array) else out
         assert host.dtype == np.dtype(CLFORGE[dtype]), f"{op}: dtype {host.dtype}, not {dtype}"
         problem = mismatch(op, dtype, host, expected, want.reduce_len, want.exact)
-        if problem is not None and known_wrong(op, dtype):
-            return "known wrong"
         assert problem is None, problem
     return outcome
 
@@ -770,12 +768,8 @@ def clamped(call: Call) -> list[Any]:
     return plain
 
 
-def known_wrong(op: str, dtype: str) -> bool:
-    """A wrong result that is the device's, not clforge's: PoCL 3.0's double8 pow (SLEEF) gives
-    a wrong lane for some vectors (test_pocl_vector_pow_f64 shows it on a bare kernel); the
-    cpu variant of pow calls the vector builtin. Reported; the template is not changed here."""
-    rt = dispatcher().runtime
-    return (op, dtype) == ("pow", "f64") and "PoCL 3.0" in rt.device.platform.version
+def pocl30() -> bool:
+    return "PoCL 3.0" in dispatcher().runtime.device.platform.version
 
 
 FUZZ = settings(
@@ -857,16 +851,20 @@ POW_BASES = np.array([33, 31, 14, 41, 0, 10, 47, 22], np.float64)
 POW_EXPONENT = 0.3289696276187897
 
 
-def test_pow_f64_vectors_with_a_zero_base() -> None:
+@pytest.mark.parametrize("special", [0.0, -0.0, np.inf, np.nan, 1e-310, -2.0])
+def test_pow_f64_vectors_with_a_special_base(special: float) -> None:
     """Found by the fuzzer: pow(i32 device array, f32 0-d device array) promotes to f64 and one
-    element in 127 came back wrong (14 ** 0.329 = 0.957, not 2.383), also with NumPy inputs; on
-    a bare OpenCL kernel PoCL 3.0's pow(double8) gives the same wrong lane for these bases
-    (test_pocl_vector_pow_f64), so it is the device's, and pow's cpu template uses that
-    builtin. Reported, not fixed here (a template change): xfail where the device is PoCL 3.0."""
-    got = ops_call("pow", POW_BASES, np.float64(POW_EXPONENT))
-    if known_wrong("pow", "f64") and not np.allclose(got, POW_BASES**POW_EXPONENT):
-        pytest.xfail("PoCL 3.0's pow(double8) is wrong for one lane of these bases")
-    np.testing.assert_allclose(got, POW_BASES**POW_EXPONENT, rtol=1e-12)
+    element in 127 came back wrong (14 ** 0.329 = 0.957, not 2.383), also with NumPy inputs.
+    PoCL 3.0's pow(double8) gives wrong lanes beside a lane whose base is 0, infinite, NaN or
+    subnormal (test_pocl_vector_pow_f64 shows it on a bare kernel); pow's f64 cpu kernel now
+    takes such a vector lane by lane (helpers()'s pow8_ in _common/macros.cl.j2)."""
+    bases = np.tile(POW_BASES, 40)
+    bases[4::8] = special
+    bases[13::17] = special
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = bases**POW_EXPONENT
+    got = ops_call("pow", bases, np.float64(POW_EXPONENT))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_pocl_vector_pow_f64() -> None:
@@ -893,7 +891,7 @@ def test_pocl_vector_pow_f64() -> None:
         host = np.empty_like(POW_BASES)
         cl.enqueue_copy(rt.queue, host, c)
         outs.append(host)
-    if known_wrong("pow", "f64") and not np.allclose(outs[0], outs[1]):
+    if pocl30() and not np.allclose(outs[0], outs[1]):
         pytest.xfail(f"the device's pow(double8) is wrong: {outs[0]} vs scalar {outs[1]}")
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12)
 
