@@ -306,8 +306,10 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
             fresh=args.fresh,
             progress=update,
             out=out,
-            # a quick tune's shapes are the plan's representative ones: catch-alls as usual
-            catch_all=args.shapes is None,
+            # no catch-all from a quick tune: one shape per op would speak for every shape on
+            # this device, above another file's entry for the shape itself (seen: the last-axis
+            # mean's IB=16 served the middle-axis mean, 0.76x the computed default's speed)
+            catch_all=args.shapes is None and not args.quick,
             nearest=nearest,
             finalists=quick.FINALISTS if args.quick else 3,
             incumbents=held,
