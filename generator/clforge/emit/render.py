@@ -22,7 +22,7 @@ import jinja2
 import jinja2.meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from clforge.core import envelope
+from clforge.core import elementwise_expr, envelope
 from clforge.core.cache_dir import private_dir
 from clforge.core.dtypes import DTYPES
 from clforge.core.identifiers import identifier_problem
@@ -146,6 +146,7 @@ class Renderer:
             keep_trailing_newline=True,
         )
         env.globals["dtypes"] = DTYPES
+        env.globals["elementwise_expression"] = elementwise_expr.of_op
         return env
 
     def templates_digest(self, template: str) -> str:

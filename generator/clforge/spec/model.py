@@ -272,6 +272,13 @@ class AccuracySpec(_Model):
     doc: StrictStr = Field("", description="where the largest errors are, and why")
 
 
+class ExprForms(_Model):
+    """An elementwise expression whose form differs between float and integer dtypes."""
+
+    float: StrictStr = Field(description="the form for f16, f32 and f64 (computed in float/double)")
+    int: StrictStr = Field(description="the form for i32")
+
+
 class OpSpec(_Model):
     """One op: its signature (dims, tensors, attributes), dtypes, layouts and variants."""
 
@@ -284,6 +291,14 @@ class OpSpec(_Model):
         description="its NumPy reference, `module:name`: a Reference (clforge.references) or "
         "a function (inputs, attrs) -> outputs, computing in float64; `clforge verify`, the "
         "tuner and the tests check kernels against it (e.g. clforge.references.elementwise:relu)",
+    )
+    expr: StrictStr | ExprForms | None = Field(
+        None,
+        description="an elementwise op's expression, stated once: OpenCL C over its inputs by "
+        "name (each in parentheses or as a function argument), its attributes, V (the compute "
+        "type, scalar or vector) and a fixed list of built-ins (docs/spec-format.md, "
+        "'Elementwise expressions'); the op's own kernels and every fused kernel are rendered "
+        "from it",
     )
     dims: tuple[StrictStr, ...] = Field(
         description="symbolic dims; one name means one size everywhere"
