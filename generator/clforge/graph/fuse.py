@@ -9,8 +9,9 @@ other node is a group of its own and runs its op's instance.
 
 Nodes join a group in capture order. A node joins the group of one of its inputs when its
 output has that group's shape and joining makes no cycle (no value it reads from outside the
-group depends on the group). Groups are then ordered so that each runs after the groups it
-reads from.
+group depends on the group); another elementwise group of that shape that only this node reads
+(a sibling chain, as the two arms of a `where`) joins with it. Groups are then ordered so that
+each runs after the groups it reads from.
 """
 
 from __future__ import annotations
@@ -121,12 +122,36 @@ def fuse(ir: GraphIR, registry: Registry | None = None) -> Fused:
         if joined is None:
             group_of[n.id] = len(members)
             members.append([n.id])
-        else:
-            group_of[n.id] = joined
-            members[joined].append(n.id)
+            continue
+        group_of[n.id] = joined
+        members[joined].append(n.id)
+        for v in n.input_ids():  # sibling chains that only this node reads join too
+            p = maker.get(v)
+            h = group_of.get(p) if p is not None else None
+            if h is None or h == joined or kind[members[h][-1]] is None:
+                continue
+            if ir.value(by_id[members[h][-1]].output_ids()[0]).shape != shape:
+                continue
+            inside = set(members[joined]) | set(members[h])
+            readers = {
+                u for m in members[h] for w in by_id[m].output_ids() for u in users.get(w, ())
+            }
+            if any(w in ir.outputs for m in members[h] for w in by_id[m].output_ids()):
+                continue
+            if not readers <= inside:
+                continue
+            below = downstream(joined)
+            if any(maker.get(w) in below for m in members[h] for w in by_id[m].input_ids()):
+                continue
+            for m in members[h]:
+                group_of[m] = joined
+            members[joined] = sorted(inside)
+            members[h] = []
 
     groups = []
     for ids in members:
+        if not ids:
+            continue
         if len(ids) == 1:
             groups.append(Group((ids[0],), "alone"))
             continue

@@ -1,0 +1,205 @@
+"""Fusion: elementwise chains compiled into one generated kernel, checked against the same graph
+unfused (every node its op's own instance) and against NumPy, at sizes 1, primes and empty,
+with broadcasts (trailing, single element, strided), dtype casts inside the chain, attributes,
+several stored values, explain, and save/load."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import clforge
+from clforge import Graph, TensorType
+from clforge.core import elementwise_expr
+from clforge.errors import GraphError
+
+rng = np.random.default_rng(36)
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def rand(*shape: int, dtype: type = np.float32) -> np.ndarray:
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return 0.5 * x64 * (1 + _erf(x64 / math.sqrt(2)))
+
+
+def fused_groups(model: clforge.graph.Model) -> list[tuple[int, ...]]:
+    return [g.nodes for g in model.plan.fused.groups if g.kernel is not None]
+
+
+def both(g: Graph, *args: np.ndarray) -> tuple[object, object, clforge.graph.Model]:
+    fused = g.compile()
+    return fused(*args), g.compile(fusion=False)(*args), fused
+
+
+SIZES = [(1, 1), (13, 7), (5, 16), (0, 7), (31, 33)]
+
+
+@pytest.mark.parametrize(("s", "d"), SIZES)
+def test_bias_gelu_residual_is_one_kernel(s, d):
+    g = Graph("block")
+    x = g.input("x", TensorType("f32", ("S", d)))
+    b = g.constant(rand(d), "b")
+    h = g.ops.gelu(g.ops.add(x, b))
+    g.output(g.ops.add(h, x))
+    xs = rand(s, d)
+    got, ref, model = both(g, xs)
+    assert fused_groups(model) == [(0, 1, 2)]
+    assert len(model.plan.schedule.steps) == 1 and not model.plan.buffers.slots
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(
+        got, gelu(xs + model.plan.ir.constants[1]) + xs, rtol=1e-5, atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(("s", "d"), SIZES)
+def test_broadcasts_single_trailing_and_strided(s, d):
+    g = Graph("bc")
+    x = g.input("x", TensorType("f32", ("S", d)))
+    col = g.input("col", TensorType("f32", ("S", 1)))  # strided against [S, d]
+    row = g.input("row", TensorType("f32", (1, d)))  # trailing
+    y = g.ops.maximum(g.ops.sub(g.ops.mul(x, col), row), 0.25)  # 0.25: a single element
+    g.output(g.ops.tanh(y))
+    xs, cs, rs = rand(s, d), rand(s, 1), rand(1, d)
+    got, ref, model = both(g, xs, cs, rs)
+    assert fused_groups(model) == [(0, 1, 2, 3)]
+    kinds = model.plan.fused.groups[0].kernel
+    assert kinds is not None and len(kinds.inputs) == 4
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, np.tanh(np.maximum(xs * cs - rs, 0.25)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 17, 1000, 0])
+def test_casts_inside_the_chain(n):
+    g = Graph("casts")
+    x = g.input("x", TensorType("f32", ("N",)))
+    i = g.ops.abs(g.ops.cast_i32(g.ops.mul(x, 3.0)))  # f32 -> i32 (truncation), integer abs
+    z = g.ops.sqrt(g.ops.cast_f64(g.ops.add(i, 1)))  # i32 -> f64
+    g.output(z, g.ops.relu(g.ops.cast_f16(x)))  # a second chain ending in half storage
+    xs = rand(n) * 10
+    (got, half), (ref, ref_half), model = both(g, xs)
+    assert (0, 1, 2, 3, 4, 5) in fused_groups(model)
+    assert got.dtype == np.float64 and half.dtype == np.float16
+    want = np.sqrt((np.abs((xs * np.float32(3)).astype(np.int32)) + 1).astype(np.float64))
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    np.testing.assert_array_equal(half, ref_half)
+    np.testing.assert_array_equal(half, np.maximum(xs.astype(np.float16), 0))
+
+
+@pytest.mark.parametrize("n", [1, 23, 0])
+def test_integer_and_double_pow_use_the_helpers(n):
+    g = Graph("pow")
+    a = g.input("a", TensorType("i32", ("N",)))
+    x = g.input("x", TensorType("f64", ("N",)))
+    g.output(g.ops.neg(g.ops.pow(a, 3)), g.ops.sqrt(g.ops.pow(g.ops.abs(x), x)))
+    av = rng.integers(-9, 9, n).astype(np.int32)
+    xv = rand(n, dtype=np.float64)
+    (p, q), (rp, rq), model = both(g, av, xv)
+    assert len(fused_groups(model)) == 2
+    np.testing.assert_array_equal(p, rp)
+    np.testing.assert_array_equal(p, -(av**3))
+    np.testing.assert_allclose(q, rq, rtol=1e-14)
+    np.testing.assert_allclose(q, np.sqrt(np.abs(xv) ** xv), rtol=1e-13)
+
+
+@pytest.mark.parametrize(("s", "d"), [(1, 1), (7, 5), (0, 3)])
+def test_where_clip_and_attributes(s, d):
+    g = Graph("attrs")
+    x = g.input("x", TensorType("f32", ("S", d)))
+    c = g.input("c", TensorType("i32", ("S", d)))
+    lo = g.constant(np.full(d, -0.5, np.float32), "lo")
+    y = g.ops.where(c, g.ops.leaky_relu(x, alpha=0.2), g.ops.gelu(x, approximate=1))
+    g.output(g.ops.clip(y, lo, 0.75))
+    xs, cs = rand(s, d) * 3, rng.integers(0, 2, (s, d)).astype(np.int32)
+    got, ref, model = both(g, xs, cs)
+    assert fused_groups(model) == [(0, 1, 2, 3)]
+    np.testing.assert_allclose(got, ref, rtol=2e-6, atol=2e-6)
+    x64 = xs.astype(np.float64)
+    tanh_gelu = 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    want = np.clip(np.where(cs != 0, np.where(x64 < 0, 0.2 * x64, x64), tanh_gelu), -0.5, 0.75)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_values_read_outside_are_stored_and_chains_stop_at_other_ops():
+    g = Graph("mixed")
+    x = g.input("x", TensorType("f32", ("S", 6)))
+    w = g.constant(rand(6, 6), "w")
+    h = g.ops.exp(g.ops.neg(x))
+    s = g.ops.softmax(h, axis=-1)  # reads h: h is stored
+    y = g.ops.sigmoid(g.ops.add(g.ops.matmul(g.ops.relu(h), w), s))
+    g.output(y, h)
+    xs = rand(9, 6)
+    (gy, gh), (ry, rh), model = both(g, xs)
+    groups = fused_groups(model)
+    assert groups == [(0, 1, 3), (5, 6)]  # neg exp relu; add sigmoid (after the matmul)
+    first = model.plan.fused.groups[0].kernel
+    assert first is not None and len(first.outputs) == 2  # h (softmax, an output) and relu
+    np.testing.assert_allclose(gy, ry, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(gh, rh, rtol=1e-6, atol=1e-6)
+
+
+def test_a_node_that_would_make_a_cycle_does_not_join():
+    g = Graph("cycle")
+    x = g.input("x", TensorType("f32", ("N",)))
+    a = g.ops.exp(x)
+    s = g.ops.sum(a, axis=0, keepdims=True)  # reads the group
+    g.output(g.ops.add(g.ops.relu(a), s))  # reads the group and the sum
+    xs = rand(11)
+    got, ref, model = both(g, xs)
+    for grp in model.plan.fused.groups:
+        assert 1 not in grp.nodes or len(grp.nodes) == 1
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_explain_shows_groups_kernels_and_launch_counts():
+    g = Graph("ex")
+    x = g.input("x", TensorType("f32", ("S", 8)))
+    g.output(g.ops.relu(g.ops.mul(g.ops.add(x, 1.0), x)))
+    model = g.compile()
+    model(rand(3, 8))
+    text = model.explain(file=None, verbose=True)
+    assert "kernels launched: 3 before fusion, 1 after (1 fused groups)" in text
+    fk = model.plan.fused.groups[0].kernel
+    assert fk is not None and f"kernel {fk.name}: 3 ops, one launch" in text
+    assert "t1 = ((t0) * (in0))  [mul, f32]" in text
+    assert f"group 0: {fk.name} (generated)" in text
+    assert f"__kernel void {fk.name}(" in text  # the generated source, verbose
+
+
+def test_saved_model_regenerates_the_fused_kernel(tmp_path):
+    g = Graph("saved")
+    x = g.input("x", TensorType("f32", ("S", 5)))
+    g.output(g.ops.silu(g.ops.add(x, g.constant(rand(5), "b"))))
+    model = g.compile()
+    path = tmp_path / "m.json"
+    model.save(path)
+    loaded = clforge.load(path)
+    assert loaded.plan.fused == model.plan.fused
+    xs = rand(4, 5)
+    np.testing.assert_array_equal(loaded(xs), model(xs))
+    doc = json.loads(path.read_text())
+    assert "FusedKernel" in path.read_text() and doc["format"] == "clforge-graph/1"
+    fk = model.plan.fused.groups[0].kernel
+    assert fk is not None
+    stale = tmp_path / "stale.json"  # saved by specs whose silu was another expression
+    stale.write_text(path.read_text().replace('"silu"', '"sigmoid"'))
+    with pytest.raises(GraphError, match=r"other expressions.*compile the graph again"):
+        clforge.load(stale)
+
+
+def test_expressions_render_by_substitution_and_refuse_unknown_names():
+    assert elementwise_expr.render("((a) + (b))", {"a": "x_", "b": "y_"}, "ACC_") == "((x_) + (y_))"
+    assert elementwise_expr.render(
+        "ipow(a, b)", {"a": "p", "b": "q"}, "int", {"ipow": "ipow_"}
+    ) == ("ipow_(p, q)")
+    assert elementwise_expr.problems("((x) < (V)0 ? (V)0 : (x))", ["x"], []) == []
+    assert any("not an input" in p for p in elementwise_expr.problems("(y)", ["x"], []))
+    assert any("unexpected" in p for p in elementwise_expr.problems("x; system()", ["x"], []))
+    assert any("parentheses" in p for p in elementwise_expr.problems("x + 1", ["x"], []))
