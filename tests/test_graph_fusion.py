@@ -5,6 +5,7 @@ several stored values, explain, and save/load."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -15,6 +16,7 @@ import clforge
 from clforge import Graph, TensorType
 from clforge.core import elementwise_expr
 from clforge.errors import GraphError
+from clforge.graph import fused_kernel
 
 rng = np.random.default_rng(36)
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -138,9 +140,15 @@ def test_values_read_outside_are_stored_and_chains_stop_at_other_ops():
     xs = rand(9, 6)
     (gy, gh), (ry, rh), model = both(g, xs)
     groups = fused_groups(model)
-    assert groups == [(0, 1, 3), (5, 6)]  # neg exp relu; add sigmoid (after the matmul)
+    assert groups == [(0, 1, 3), (4, 5, 6)]  # neg exp relu; matmul with add sigmoid
     first = model.plan.fused.groups[0].kernel
     assert first is not None and len(first.outputs) == 2  # h (softmax, an output) and relu
+    last = [g.kernel for g in model.plan.fused.groups if g.kernel is not None][-1]
+    assert last is not None and last.producer == 4  # the add and sigmoid: the matmul's epilogue
+    assert (
+        "not fused: node 2 softmax -> nodes 5, 6: no variant of softmax"
+        in model.plan.fused.notes[0]
+    )
     np.testing.assert_allclose(gy, ry, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(gh, rh, rtol=1e-6, atol=1e-6)
 
@@ -203,3 +211,98 @@ def test_expressions_render_by_substitution_and_refuse_unknown_names():
     assert any("not an input" in p for p in elementwise_expr.problems("(y)", ["x"], []))
     assert any("unexpected" in p for p in elementwise_expr.problems("x; system()", ["x"], []))
     assert any("parentheses" in p for p in elementwise_expr.problems("x + 1", ["x"], []))
+
+
+# --- epilogues ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("s", "k", "n"), [(1, 1, 1), (13, 33, 40), (0, 5, 7), (67, 17, 129)])
+def test_matmul_bias_gelu_residual_in_the_matmul_kernel(s, k, n, dtype):
+    name = "f32" if dtype == np.float32 else "f64"
+    g = Graph("mlp")
+    x = g.input("x", TensorType(name, ("S", k)))
+    r = g.input("r", TensorType(name, ("S", n)))
+    w = g.constant(rand(k, n, dtype=dtype), "w")
+    b = g.constant(rand(n, dtype=dtype), "b")
+    g.output(g.ops.add(g.ops.gelu(g.ops.add(g.ops.matmul(x, w), b)), r))
+    xs, rs = rand(s, k, dtype=dtype), rand(s, n, dtype=dtype)
+    got, ref, model = both(g, xs, rs)
+    (grp,) = model.plan.fused.groups
+    assert grp.kernel is not None and grp.kernel.producer == 0 and grp.nodes == (0, 1, 2, 3)
+    tol = 2e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+    c = model.plan.ir.constants
+    want = gelu(xs.astype(np.float64) @ c[2] + c[3]) + rs
+    np.testing.assert_allclose(got, want, rtol=tol * 10, atol=tol * 10)
+    text = model.explain(file=None)
+    assert "its epilogue point" in text and "1 after (1 fused groups)" in text
+
+
+@pytest.mark.parametrize(("s", "n"), [(1, 3), (9, 64), (10, 65), (0, 4)])
+def test_gemm_with_bias_and_broadcast_inputs_in_its_epilogue(s, n):
+    g = Graph("gemm")
+    a = g.input("a", TensorType("f32", ("S", 24)))
+    col = g.input("col", TensorType("f32", ("S", 1)))  # strided: the element path only
+    bt = g.constant(rand(n, 24), "bt")
+    bias = g.constant(rand(n), "bias")
+    y = g.ops.gemm(a, bt, bias, trans_b=True, alpha=0.5, beta=2.0)
+    g.output(g.ops.relu(g.ops.mul(y, col)))
+    av, cv = rand(s, 24), rand(s, 1)
+    got, ref, model = both(g, av, cv)
+    assert [grp.kernel.producer for grp in model.plan.fused.groups if grp.kernel] == [0]
+    c = model.plan.ir.constants
+    want = np.maximum((0.5 * (av @ c[2].T) + 2.0 * c[3]) * cv, 0)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_producer_without_an_epilogue_point_is_not_fused_and_explain_says_why():
+    g = Graph("sm")
+    x = g.input("x", TensorType("f32", ("S", 6)))
+    g.output(g.ops.mul(g.ops.softmax(x, axis=-1), 3.0))
+    model = g.compile()
+    assert fused_groups(model) == []
+    text = model.explain(file=None)
+    assert (
+        "not fused: node 0 softmax -> nodes 1: no variant of softmax declares an epilogue" in text
+    )
+    xs = rand(5, 6)
+    e = np.exp(xs - xs.max(-1, keepdims=True))
+    np.testing.assert_allclose(model(xs), 3 * e / e.sum(-1, keepdims=True), rtol=1e-5)
+
+
+def test_an_instance_without_the_hook_runs_the_chain_as_a_second_kernel():
+    g = Graph("two")
+    x = g.input("x", TensorType("f32", ("S", 9)))
+    w = g.constant(rand(9, 10), "w")
+    g.output(g.ops.tanh(g.ops.matmul(x, w)))
+    model = g.compile()
+    env = {"S": 7}
+    spec = model.specialization(env)
+    (prepared,) = spec.steps
+    step = prepared.step
+    d = model.dispatcher
+    node = model.plan.ir.node(0)
+    base = model._prepare(node, step, env, d).plan
+    hookless = dataclasses.replace(base, inst=dataclasses.replace(base.inst, epilogue=None))
+    fk = model.plan.fused.groups[0].kernel
+    chosen = {s.node: s.instance for s in model.plan.selections}
+    plan, note, _ = fused_kernel.plan_epilogue(d, model.plan.ir, fk, hookless, chosen, env)
+    assert "declares no epilogue point" in note
+    assert len(plan.launches) == len(base.launches) + 1 and plan.scratch[-1][0] == "epilogue_"
+    spec.steps = (dataclasses.replace(prepared, plan=plan),)
+    xs = rand(7, 9)
+    np.testing.assert_allclose(model(xs), np.tanh(xs @ model.plan.ir.constants[1]), rtol=1e-5)
+
+
+def test_a_saved_epilogue_is_regenerated(tmp_path):
+    g = Graph("saved_epi")
+    x = g.input("x", TensorType("f32", ("S", 4)))
+    g.output(g.ops.sigmoid(g.ops.matmul(x, g.constant(rand(4, 3), "w"))))
+    model = g.compile()
+    model.save(tmp_path / "m.json")
+    loaded = clforge.load(tmp_path / "m.json")
+    assert loaded.plan.fused == model.plan.fused
+    xs = rand(5, 4)
+    np.testing.assert_array_equal(loaded(xs), model(xs))

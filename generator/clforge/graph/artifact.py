@@ -313,6 +313,12 @@ class Model:
         if fk is None:  # pragma: no cover - the schedule names fused groups only
             raise GraphError(f"graph {self.name!r}: step {step.op} names no fused kernel")
         chosen = {s.node: s.instance for s in self.plan.selections}
+        if fk.producer is not None:  # the producer's own launch, the chain at its epilogue
+            base = self._prepare(self.plan.ir.node(fk.producer), step, env, d)
+            plan, how, source = fused_kernel.plan_epilogue(
+                d, self.plan.ir, fk, base.plan, chosen, env
+            )
+            return Prepared(step, plan, base.fills, base.held, f"{base.params}; {how}", source)
         plan, params, source = fused_kernel.plan(d, self.plan.ir, fk, chosen, env)
         return Prepared(step, plan, {}, True, params, source)
 

@@ -86,6 +86,9 @@ def _steps(ir: GraphIR, fused: Fused | None) -> list[tuple[tuple[int, ...], tupl
         if g.kernel is None:
             (nid,) = g.nodes
             out.append((by_id[nid].input_ids(), by_id[nid].output_ids()))
+        elif g.kernel.producer is not None:  # the producer's inputs, the chain's others
+            reads = by_id[g.kernel.producer].input_ids() + g.kernel.inputs[1:]
+            out.append((reads, tuple(v for v, _ in g.kernel.outputs)))
         else:
             out.append((g.kernel.inputs, tuple(v for v, _ in g.kernel.outputs)))
     return out

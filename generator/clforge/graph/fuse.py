@@ -1,5 +1,11 @@
 """Fuse: groups of nodes that run as one kernel.
 
+A node whose op has a variant with an epilogue point (`epilogue:` in its spec: matmul, gemm)
+and whose output only an elementwise group of its shape and dtype reads, the group storing one
+value, takes that group as its epilogue: the producer's own kernel applies the chain to each
+element before it stores it (where the instance chosen at a call's sizes declares no epilogue
+point, the two run as two kernels). Where a producer has none, the fuse stage notes why.
+
 A chain of elementwise nodes (ops whose spec states an `expr:`, and the casts) whose outputs
 have one shape becomes one group: one generated kernel (:mod:`clforge.graph.fused_kernel`)
 that reads the group's inputs (each dense, one element, repeated along the leading axes, or
@@ -56,7 +62,13 @@ class Fused:
                 continue
             ops = " -> ".join(op.op for op in g.kernel.ops)
             out.append(f"group {i}: nodes {nodes} fused ({g.reason}): {ops}")
-            out.append(f"  kernel {g.kernel.name}: {len(g.kernel.ops)} ops, one launch")
+            if g.kernel.producer is not None:
+                out.append(
+                    f"  kernel {g.kernel.name}: {len(g.kernel.ops)} ops applied where the "
+                    f"producer's instance stores its output (its epilogue point)"
+                )
+            else:
+                out.append(f"  kernel {g.kernel.name}: {len(g.kernel.ops)} ops, one launch")
             if ir is not None:
                 ins = ", ".join(ir.value(v).describe() for v in g.kernel.inputs)
                 outs = ", ".join(ir.value(v).describe() for v, _ in g.kernel.outputs)
@@ -148,9 +160,55 @@ def fuse(ir: GraphIR, registry: Registry | None = None) -> Fused:
             members[joined] = sorted(inside)
             members[h] = []
 
+    notes: list[str] = []
+    producer_of: dict[int, Node] = {}  # group -> the node whose epilogue it is
+    for prod in nodes:
+        if kind[prod.id] is not None or len(prod.outputs) != 1:
+            continue
+        (v,) = prod.output_ids()
+        takers = users.get(v, [])
+        if not takers or v in ir.outputs or any(u not in group_of for u in takers):
+            continue  # read by a view, or nobody: nothing to fuse into
+        homes = {group_of[u] for u in takers}
+        g = homes.pop()
+        ids = members[g]
+        if homes or g in producer_of or any(kind[i] is None for i in ids):
+            continue
+        if ir.value(by_id[ids[-1]].output_ids()[0]).shape != ir.value(v).shape:
+            continue
+        label = f"node {prod.id} {prod.op} -> nodes {', '.join(map(str, ids))}"
+        if not any(i.epilogue for i in registry.of_op(prod.op)):
+            notes.append(f"not fused: {label}: no variant of {prod.op} declares an epilogue point")
+            continue
+        reads, writes = _boundary(ir, [by_id[i] for i in ids], users)
+        seen = {by_id[i].dtype for i in ids} | {ir.value(w).dtype for w in (*reads, *writes)}
+        if seen != {prod.dtype}:
+            notes.append(
+                f"not fused: {label}: the chain changes dtype (an epilogue keeps {prod.dtype})"
+            )
+            continue
+        if len(writes) != 1 or writes[0] != by_id[ids[-1]].output_ids()[0]:
+            notes.append(f"not fused: {label}: the chain stores more than its last value")
+            continue
+        producer_of[g] = prod
+        members[group_of[prod.id]] = []
+        group_of[prod.id] = g
+
     groups = []
-    for ids in members:
+    for k, ids in enumerate(members):
         if not ids:
+            continue
+        if k in producer_of:
+            prod = producer_of[k]
+            ops = [by_id[i] for i in ids]
+            reads, writes = _boundary(ir, ops, users)
+            (v,) = prod.output_ids()
+            reads = (v, *(r for r in reads if r != v))
+            kernel = describe(registry, ir, ops, reads, writes, prod)
+            why = (
+                f"epilogue of node {prod.id} {prod.op}, {shape_str(ir.value(v).shape)} {prod.dtype}"
+            )
+            groups.append(Group((prod.id, *ids), why, kernel))
             continue
         if len(ids) == 1:
             groups.append(Group((ids[0],), "alone"))
@@ -161,7 +219,7 @@ def fuse(ir: GraphIR, registry: Registry | None = None) -> Fused:
         dtypes = sorted({DTYPES[ir.value(v).dtype].name for n in ops for v in n.output_ids()})
         why = f"elementwise chain, {shape_str(ir.value(ops[-1].output_ids()[0]).shape)}"
         groups.append(Group(tuple(ids), f"{why} {'/'.join(dtypes)}", kernel))
-    return Fused(_ordered(ir, groups, maker))
+    return Fused(_ordered(ir, groups, maker), tuple(notes))
 
 
 def _boundary(

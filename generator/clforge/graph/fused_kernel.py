@@ -12,6 +12,7 @@ node: its CHUNK and VW where it ran the cpu variant), built through the runtime'
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,7 @@ from clforge.conventions import CONVENTIONS
 from clforge.core import elementwise_expr
 from clforge.core.dtypes import DTYPES
 from clforge.core.layouts import layout_strides
+from clforge.core.tree import Tree
 from clforge.emit.render import Renderer
 from clforge.errors import ClforgeError, GraphError
 from clforge.graph.records import GraphIR, Node
@@ -62,6 +64,9 @@ class FusedKernel:
     ops: tuple[FusedOp, ...]  # as t0, t1, ...
     outputs: tuple[tuple[int, int], ...]  # (value id, op index), as out0, out1, ...
     expression: str  # one line per op: `t1 = ((t0) + (in1))  [add, f32]`
+    # an epilogue: the node whose output is in0, stored by its own kernel through its template's
+    # epilogue hook after the chain (None: an elementwise kernel of its own)
+    producer: int | None = None
 
 
 def elementwise_kind(reg: Registry, node: Node) -> str | None:
@@ -113,8 +118,10 @@ def describe(
     nodes: Sequence[Node],
     reads: Sequence[int],
     writes: Sequence[int],
+    producer: Node | None = None,
 ) -> FusedKernel:
-    """The description of the group `nodes` (in order) reading `reads`, writing `writes`."""
+    """The description of the group `nodes` (in order) reading `reads`, writing `writes`;
+    `producer`: the node whose output (reads[0]) the chain is the epilogue of."""
     ref: dict[int, str] = {v: f"in{k}" for k, v in enumerate(reads)}
     ops = []
     for k, n in enumerate(nodes):
@@ -130,16 +137,21 @@ def describe(
     ins = ", ".join(f"in{k}: {ir.value(v).dtype}" for k, v in enumerate(reads))
     outs = ", ".join(f"out{k} = t{j}" for k, (_, j) in enumerate(outputs))
     lines = [_line(reg, k, op) for k, op in enumerate(ops)]
-    text = "\n".join([f"inputs {ins}", *lines, f"outputs {outs}"])
+    head = [f"inputs {ins}"]
+    if producer is not None:
+        head.append(f"in0 = {producer.op}(...)  [node {producer.id}, its epilogue point]")
+    text = "\n".join([*head, *lines, f"outputs {outs}"])
     key = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return FusedKernel(f"fused_{key}", tuple(reads), tuple(ops), outputs, text)
+    pid = None if producer is None else producer.id
+    return FusedKernel(f"fused_{key}", tuple(reads), tuple(ops), outputs, text, pid)
 
 
 def check_current(reg: Registry, ir: GraphIR, fk: FusedKernel) -> None:
     """A saved description against the specs at hand: the same expressions, or a GraphError
     that says to compile again."""
     nodes = [ir.node(op.node) for op in fk.ops]
-    again = describe(reg, ir, nodes, fk.inputs, tuple(v for v, _ in fk.outputs))
+    producer = None if fk.producer is None else ir.node(fk.producer)
+    again = describe(reg, ir, nodes, fk.inputs, tuple(v for v, _ in fk.outputs), producer)
     if again.name != fk.name:
         raise GraphError(
             f"graph {ir.name!r}: fused kernel {fk.name} was made from other expressions than "
@@ -153,6 +165,11 @@ def check_current(reg: Registry, ir: GraphIR, fk: FusedKernel) -> None:
 @cache
 def _renderer() -> Renderer:
     return Renderer()
+
+
+@cache
+def _renderer_of(tree: Tree) -> Renderer:
+    return Renderer(tree)
 
 
 def _kind(shape: tuple[int, ...], out: tuple[int, ...]) -> str:
@@ -190,46 +207,43 @@ def _sink_params(
     return dict(choice.params), f"those of node {node.id} {node.op}: {choice.describe()}"
 
 
-def plan(
-    d: Dispatcher,
+@dataclass
+class _Chain:
+    """A chain's template data and its kernel arguments at one specialization."""
+
+    context: dict[str, Any]
+    tensors: list[TensorSig]  # inputs (the given one of an epilogue left out), outputs
+    args: list[Arg]  # buffers, then scalars
+    scalars: list[tuple[str, int]]  # each scalar argument's value
+
+
+def _chain(
+    reg: Registry,
     ir: GraphIR,
     fk: FusedKernel,
-    selections: Mapping[int, str],
     env: Mapping[str, int],
-) -> tuple[LaunchPlan, str, str]:
-    """The launch plan of `fk` at the sizes `env`, with the tuned parameters of its last node's
-    instance (`selections`: node -> instance): CHUNK, and VW (where the last node has none, the
-    nearest unary node's); where those came from; the kernel's OpenCL C."""
-    reg = d.registry
-    sink = ir.node(fk.ops[-1].node)
-    instance = selections[sink.id]
+    vw: int,
+    *,
+    given: bool = False,
+) -> _Chain:
+    """The template data of `fk`'s chain at the sizes `env`, `vw` lanes (1: scalar only);
+    `given`: in0 is an epilogue's value, not a buffer (and the chain stores nothing itself)."""
     out_shape = tuple(x.evaluate(env) for x in ir.value(fk.outputs[0][0]).shape)
     n = math.prod(out_shape)
-    chosen, origin = _sink_params(d, ir, sink, instance, env)
-    needs8 = any(op.op == "pow" and DTYPES[op.dtype].compute != "float" for op in fk.ops)
-    params: dict[str, int] = {}
-    if "CHUNK" in chosen:
-        vw = chosen.get("VW", 0)
-        for op in reversed(fk.ops[:-1]):  # a binary last node has no VW: the nearest unary's
-            if vw:
-                break
-            other, _ = _sink_params(d, ir, ir.node(op.node), selections[op.node], env)
-            vw = other.get("VW", 0)
-        vw = 8 if needs8 or not vw else vw
-        chunk = chosen["CHUNK"] if chosen["CHUNK"] % vw == 0 else 4096
-        params = {"CHUNK": chunk, "VW": vw}
     inputs, scalars, args = [], [], []
     tensors: list[TensorSig] = []
     rank = len(out_shape)
     for k, vid in enumerate(fk.inputs):
         v = ir.value(vid)
         shape = tuple(x.evaluate(env) for x in v.shape)
-        kind = _kind(shape, out_shape)
+        kind = "given" if given and k == 0 else _kind(shape, out_shape)
         t = DTYPES[v.dtype]
         name = f"in{k}"
         inputs.append(
             {"name": name, "index": k, "kind": kind, "compute": t.compute, "half": t.cl == "half"}
         )
+        if kind == "given":
+            continue
         tensors.append(TensorSig(name, ("N",), v.dtype))
         args.append(Arg("input", name, t.cl, v.dtype))
         if kind == "trailing":
@@ -241,20 +255,17 @@ def plan(
                 scalars.append((f"{name}_s{a}", 0 if dim == 1 else st))
     strided = any(i["kind"] == "strided" for i in inputs)
     outs = []
-    out_tensors: list[TensorSig] = []
-    out_specs = []
     for k, (vid, j) in enumerate(fk.outputs):
         t = DTYPES[ir.value(vid).dtype]
         name = f"out{k}"
         outs.append({"name": name, "var": f"t{j}_", "compute": t.compute, "half": t.cl == "half"})
-        out_tensors.append(TensorSig(name, ("N",), t.name))
-        args.append(Arg("output", name, t.cl, t.name))
-        dt = t.np_dtype
-        out_specs.append((name, out_shape, dt, layout_strides(out_shape, dt.itemsize, "row")))
-    dims = [("N", n)] + ([(f"D{a}", out_shape[a]) for a in range(rank)] if strided else [])
+        if not given:
+            tensors.append(TensorSig(name, ("N",), t.name))
+            args.append(Arg("output", name, t.cl, t.name))
+    dims = [] if given else [("N", n)]
+    dims += [(f"D{a}", out_shape[a]) for a in range(rank)] if strided else []
     scalar_args = [*dims, *scalars]
     args.extend(Arg("dim", s, "int") for s, _ in scalar_args)
-    vw = params.get("VW", 1)
     ops = []
     fast: list[str] = []
     computes = {f"in{k}": DTYPES[ir.value(v).dtype].compute for k, v in enumerate(fk.inputs)}
@@ -292,7 +303,7 @@ def plan(
             }
         )
         computes[f"t{j}"] = dst.compute
-    fused = {
+    context = {
         "graph": ir.name,
         "expression": fk.expression.splitlines(),
         "inputs": inputs,
@@ -305,7 +316,49 @@ def plan(
         or any(ir.value(v).dtype == "f64" for v in fk.inputs),
         "ipow": any(op.op == "pow" and not DTYPES[op.dtype].is_float for op in fk.ops),
         "pow8": any(op.op == "pow" and DTYPES[op.dtype].compute == "double" for op in fk.ops),
+        "result": f"t{len(fk.ops) - 1}_" if fk.ops else "a0_",
     }
+    return _Chain(context, tensors, args, scalar_args)
+
+
+def plan(
+    d: Dispatcher,
+    ir: GraphIR,
+    fk: FusedKernel,
+    selections: Mapping[int, str],
+    env: Mapping[str, int],
+) -> tuple[LaunchPlan, str, str]:
+    """The launch plan of `fk` at the sizes `env`, with the tuned parameters of its last node's
+    instance (`selections`: node -> instance): CHUNK, and VW (where the last node has none, the
+    nearest unary node's); where those came from; the kernel's OpenCL C."""
+    reg = d.registry
+    sink = ir.node(fk.ops[-1].node)
+    instance = selections[sink.id]
+    out_shape = tuple(x.evaluate(env) for x in ir.value(fk.outputs[0][0]).shape)
+    n = math.prod(out_shape)
+    chosen, origin = _sink_params(d, ir, sink, instance, env)
+    needs8 = any(op.op == "pow" and DTYPES[op.dtype].compute != "float" for op in fk.ops)
+    params: dict[str, int] = {}
+    if "CHUNK" in chosen:
+        vw = chosen.get("VW", 0)
+        for op in reversed(fk.ops[:-1]):  # a binary last node has no VW: the nearest unary's
+            if vw:
+                break
+            other, _ = _sink_params(d, ir, ir.node(op.node), selections[op.node], env)
+            vw = other.get("VW", 0)
+        vw = 8 if needs8 or not vw else vw
+        chunk = chosen["CHUNK"] if chosen["CHUNK"] % vw == 0 else 4096
+        params = {"CHUNK": chunk, "VW": vw}
+    chain = _chain(reg, ir, fk, env, params.get("VW", 1))
+    tensors, args, scalar_args = chain.tensors, chain.args, chain.scalars
+    out_tensors = [t for t in tensors if t.name.startswith("out")]
+    tensors = [t for t in tensors if not t.name.startswith("out")]
+    out_specs = []
+    for k, (vid, _) in enumerate(fk.outputs):
+        dt = DTYPES[ir.value(vid).dtype].np_dtype
+        strides = layout_strides(out_shape, dt.itemsize, "row")
+        out_specs.append((f"out{k}", out_shape, dt, strides))
+    fused = chain.context
     sink_dtype = DTYPES[fk.ops[-1].dtype]
     sig = OpSig(fk.name, fk.expression, ("N",), tuple(tensors), tuple(out_tensors), (), (), "")
     inst = Instance(
@@ -339,3 +392,85 @@ def plan(
     launches = () if geo.empty else (KernelLaunch(kernel, geo, bound, buffers),)
     why = f"{params}: {origin}" if params else f"one element per work-item ({origin})"
     return LaunchPlan(inst, as_params(params), launches, (), tuple(out_specs)), why, source
+
+
+def _rename(launch: KernelLaunch, names: Mapping[str, str]) -> KernelLaunch:
+    return KernelLaunch(
+        launch.kernel,
+        launch.geometry,
+        launch.args,
+        tuple((i, names.get(t, t)) for i, t in launch.buffers),
+    )
+
+
+def plan_epilogue(
+    d: Dispatcher,
+    ir: GraphIR,
+    fk: FusedKernel,
+    base: LaunchPlan,
+    selections: Mapping[int, str],
+    env: Mapping[str, int],
+) -> tuple[LaunchPlan, str, str]:
+    """The producer's launch plan `base` with the chain `fk` applied at its epilogue point: its
+    template rendered with the epilogue (its tuned parameters kept), the chain's inputs added to
+    the arguments of the kernel that stores the output. Where the instance chosen at these sizes
+    declares no epilogue point, the producer and the chain run as two kernels with a scratch
+    buffer between them. Also says which, and gives the OpenCL C."""
+    inst = base.inst
+    out = inst.epilogue
+    if out is None:
+        alone, why, source = plan(d, ir, fk, selections, env)
+        (c_name, shape, dt, _) = base.outputs[0]
+        hop = "epilogue_"
+        both = (
+            *(_rename(x, {c_name: hop}) for x in base.launches),
+            *(_rename(x, {"in0": hop, "out0": c_name}) for x in alone.launches),
+        )
+        scratch = (*base.scratch, (hop, math.prod(shape), dt))
+        note = (
+            f"{inst.name} declares no epilogue point: it and the chain run as two kernels "
+            f"(chain {why})"
+        )
+        return LaunchPlan(inst, base.params, both, scratch, base.outputs), note, source
+    params = dict(base.params)
+    chain = _chain(d.registry, ir, fk, env, params.get("VW", 1), given=True)
+    extra = chain.args
+    writer = next((s for s in inst.kernels if out in s.writes), inst.kernels[0])
+    if inst.steps:
+        steps = tuple(
+            dataclasses.replace(s, args=s.args + tuple(extra)) if s is writer else s
+            for s in inst.steps
+        )
+        tuned = dataclasses.replace(inst, params=tuple(sorted(params.items())), steps=steps)
+    else:
+        tuned = dataclasses.replace(
+            inst, params=tuple(sorted(params.items())), args=inst.args + tuple(extra)
+        )
+    reg = d.registry
+    tree = reg.tree_of(inst)
+    renderer = _renderer() if tree is None else _renderer_of(tree)
+    source = renderer.render(tuned, reg.op(inst.op), inst.template, {"epilogue": chain.context})
+    rt = d.runtime
+    with rt.lock:
+        prog = rt.cache.program(rt.context, rt.device, inst.name, source, inst.build_options)
+    values = dict(chain.scalars)
+    launches = []
+    for x in base.launches:
+        kernel = cl.Kernel(prog, x.kernel.function_name)
+        step = next(s for s in tuned.kernels if s.kernel == x.kernel.function_name)
+        kernel.set_scalar_arg_dtypes(
+            [None if a.kind in ("input", "output") else SCALAR_TYPES[a.ctype] for a in step.args]
+        )
+        args, buffers = x.args, x.buffers
+        if step.name == writer.name:
+            first = len(args)
+            args = args + tuple(
+                None if a.kind == "input" else np.int32(values[a.name]) for a in extra
+            )
+            buffers = buffers + tuple(
+                (first + i, a.name) for i, a in enumerate(extra) if a.kind == "input"
+            )
+        launches.append(KernelLaunch(kernel, x.geometry, args, buffers))
+    note = f"{inst.name} with the chain at its epilogue point (one kernel stores {out})"
+    plan_ = LaunchPlan(tuned, base.params, tuple(launches), base.scratch, base.outputs)
+    return plan_, note, source

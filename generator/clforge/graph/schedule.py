@@ -49,6 +49,24 @@ def schedule(ir: GraphIR, buffers: BufferPlan, fused: Fused) -> Schedule:
     by_id = {n.id: n for n in ir.nodes}
     steps = []
     for k, g in enumerate(fused.groups):
+        if g.kernel is not None and g.kernel.producer is not None:
+            fk = g.kernel
+            p = by_id[g.kernel.producer]
+            ((c, _),) = p.outputs
+            ((final, _),) = fk.outputs
+            steps.append(
+                Step(
+                    p.id,
+                    f"{p.op}+{fk.name}",
+                    (
+                        *((t, v, None if v is None else buffers.place(v)) for t, v in p.inputs),
+                        *((f"in{i}", v, buffers.place(v)) for i, v in enumerate(fk.inputs) if i),
+                    ),
+                    ((c, final, buffers.place(final)),),
+                    k,
+                )
+            )
+            continue
         if g.kernel is not None:
             fk = g.kernel
             steps.append(

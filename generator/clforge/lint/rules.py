@@ -133,6 +133,12 @@ RULES: tuple[Rule, ...] = (
         "dims",
     ),
     Rule(
+        "epilogue",
+        _E,
+        "an epilogue point on a tensor that is not an output, or a template without the hook",
+        "dims",
+    ),
+    Rule(
         "build-option",
         _E,
         "a build option outside the set clforge passes to the OpenCL compiler",

@@ -146,6 +146,9 @@ class Instance:
     device_params: tuple[tuple[str, str], ...] = ()
     constraints: tuple[str, ...] = ()  # param-only conditions every tuned choice must meet
     build_options: str = ""  # passed to clBuildProgram
+    # the output whose stores pass through the template's epilogue hook (None: no epilogue
+    # point; a graph does not fuse elementwise ops into this instance)
+    epilogue: str | None = None
     # a routine: its kernels in order (all in `source`) and the scratch buffers between them
     steps: tuple[Step, ...] = ()
     scratch: tuple[Scratch, ...] = ()

@@ -224,6 +224,13 @@ class VariantSpec(_Model):
         default_factory=Requires, description="what a device needs to run this variant"
     )
     priority: StrictInt = Field(0, description="breaks ties between equally specific variants")
+    epilogue: StrictStr | None = Field(
+        None,
+        description="an epilogue point: the output whose every element store passes through "
+        "the template's epilogue hook (matmul/_matmul.cl.j2: mm.store, mm.store_vector), where "
+        "a graph's fuse stage applies the elementwise ops that follow the op before the store "
+        "(docs/templates.md, 'Epilogue hooks'); lint renders the variant with a probe to check",
+    )
     build_options: tuple[StrictStr, ...] = Field(
         (),
         description="OpenCL build options for this variant's programs, from a fixed set: "
