@@ -306,3 +306,50 @@ def test_a_saved_epilogue_is_regenerated(tmp_path):
     assert loaded.plan.fused == model.plan.fused
     xs = rand(5, 4)
     np.testing.assert_array_equal(loaded(xs), model(xs))
+
+
+def test_epilogues_of_half_batched_and_biasless_producers():
+    g = Graph("h")
+    x = g.input("x", TensorType("f16", ("S", 9)))
+    w = g.constant(rand(9, 5).astype(np.float16), "w")
+    b = g.constant(rand(5).astype(np.float16), "b")
+    g.output(g.ops.relu(g.ops.add(g.ops.matmul(x, w), b)))
+    xs = rand(7, 9).astype(np.float16)
+    got, ref, model = both(g, xs)
+    assert [grp.kernel.producer for grp in model.plan.fused.groups if grp.kernel] == [0]
+    # the unfused graph rounds the product to half before the bias; the epilogue does not
+    np.testing.assert_allclose(got.astype(np.float32), ref.astype(np.float32), atol=8e-3, rtol=4e-3)
+
+    g = Graph("batched")
+    a = g.input("a", TensorType("f32", (3, "S", 8)))
+    bb = g.input("b", TensorType("f32", (3, 8, 6)))
+    r = g.input("r", TensorType("f32", (3, "S", 6)))
+    g.output(g.ops.tanh(g.ops.add(g.ops.matmul(a, bb), r)))
+    av, bv, rv = rand(3, 5, 8), rand(3, 8, 6), rand(3, 5, 6)
+    got, ref, model = both(g, av, bv, rv)
+    assert [grp.kernel.producer for grp in model.plan.fused.groups if grp.kernel] == [0]
+    np.testing.assert_allclose(got, np.tanh(av @ bv + rv), rtol=1e-5, atol=1e-6)
+
+    g = Graph("biasless")
+    a = g.input("a", TensorType("f32", ("S", 8)))
+    g.output(g.ops.mul(g.ops.gemm(a, g.constant(rand(8, 70), "b"), alpha=2.0), 0.5))
+    av = rand(13, 8)
+    got, ref, model = both(g, av)
+    assert [grp.kernel.producer for grp in model.plan.fused.groups if grp.kernel] == [0]
+    np.testing.assert_allclose(got, av @ model.plan.ir.constants[1], rtol=1e-5, atol=1e-5)
+
+
+def test_fused_kernels_go_through_the_program_cache():
+    g = Graph("cached")
+    x = g.input("x", TensorType("f32", ("N",)))
+    g.output(g.ops.sqrt(g.ops.abs(g.ops.sub(x, 0.125))))
+    first = g.compile()
+    stats = first.dispatcher.runtime.cache.stats
+    seen = stats.memory_hits + stats.disk_hits + stats.builds
+    first(rand(9))
+    assert stats.memory_hits + stats.disk_hits + stats.builds == seen + 1  # one program
+    hits = stats.memory_hits
+    second = g.compile()  # another model, the same expression: the program built before
+    second(rand(9))
+    assert stats.memory_hits == hits + 1
+    assert first.plan.fused.groups[0].kernel == second.plan.fused.groups[0].kernel
