@@ -353,3 +353,24 @@ def test_fused_kernels_go_through_the_program_cache():
     second(rand(9))
     assert stats.memory_hits == hits + 1
     assert first.plan.fused.groups[0].kernel == second.plan.fused.groups[0].kernel
+
+
+@pytest.mark.parametrize(("s", "d"), [(1, 1), (7, 13), (5, 64), (0, 8), (3, 100)])
+def test_norms_take_the_elementwise_ops_after_them(s, d):
+    g = Graph("ln")
+    x = g.input("x", TensorType("f32", ("S", d)))
+    r = g.input("r", TensorType("f32", ("S", d)))
+    gamma, beta, scale = (g.constant(rand(d), n) for n in ("gamma", "beta", "scale"))
+    y = g.ops.add(g.ops.silu(g.ops.mul(g.ops.layer_norm(x, gamma, beta, eps=1e-5), scale)), r)
+    g.output(y, g.ops.relu(g.ops.rms_norm(r, gamma, eps=1e-6)))
+    xs, rs = rand(s, d), rand(s, d)
+    (a, b), (ra, rb), model = both(g, xs, rs)
+    assert [grp.kernel.producer for grp in model.plan.fused.groups if grp.kernel] == [0, 4]
+    np.testing.assert_allclose(a, ra, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b, rb, rtol=1e-6, atol=1e-6)
+    c = model.plan.ir.constants
+    mu, var = xs.mean(-1, keepdims=True), xs.var(-1, keepdims=True)
+    ln = ((xs - mu) / np.sqrt(var + 1e-5) * c[2] + c[3]) * c[4]
+    np.testing.assert_allclose(a, ln / (1 + np.exp(-ln)) + rs, rtol=1e-4, atol=1e-5)
+    rms = rs / np.sqrt((rs * rs).mean(-1, keepdims=True) + 1e-6) * c[2]
+    np.testing.assert_allclose(b, np.maximum(rms, 0), rtol=1e-4, atol=1e-5)
