@@ -374,3 +374,21 @@ def test_norms_take_the_elementwise_ops_after_them(s, d):
     np.testing.assert_allclose(a, ln / (1 + np.exp(-ln)) + rs, rtol=1e-4, atol=1e-5)
     rms = rs / np.sqrt((rs * rs).mean(-1, keepdims=True) + 1e-6) * c[2]
     np.testing.assert_allclose(b, np.maximum(rms, 0), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(("s", "k", "n"), [(13, 33, 40), (67, 17, 129), (8, 64, 256)])
+def test_epilogues_at_static_sizes(s, k, n, dtype):
+    """Sizes all known: the instance decided at compile time (cpu_blocked here) applies it."""
+    name = "f32" if dtype == np.float32 else "f64"
+    g = Graph("static")
+    x = g.input("x", TensorType(name, (s, k)))
+    g.output(g.ops.relu(g.ops.add(g.ops.matmul(x, g.constant(rand(k, n, dtype=dtype))), 0.5)))
+    model = g.compile()
+    xs = rand(s, k, dtype=dtype)
+    got = model(xs)
+    (step,) = model.cache[()].steps
+    assert step.plan.inst.epilogue == "c" and "/* epilogue */" in step.source
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    want = np.maximum(xs @ model.plan.ir.constants[1] + 0.5, 0)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
