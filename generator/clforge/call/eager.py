@@ -16,6 +16,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from clforge.call import views
 from clforge.call.binding import bind_dims, call_types, outputs_in_order
 from clforge.call.dispatcher import Dispatcher, dispatcher, memo_items
 from clforge.conventions import CONVENTIONS
@@ -166,6 +167,8 @@ def call_op(
     shapes, strides and offsets, and the attributes and options): a warm call skips the calling
     convention's views and binds the caller's buffers directly."""
     d = dispatcher(queue)
+    if views.pending(inputs):  # device arrays with an offset or strides: see views.py
+        inputs = take_views(d, op, inputs).arrays
     key = _recipe_key(op, inputs, attrs, options)
     if key is not None:
         recipe = d._recipes.get(key)
@@ -187,6 +190,17 @@ def call_op(
         if recipe is not None:
             d._recipes[key] = recipe
     return _then(op, outputs_in_order(c.op, result), inputs, attrs, c.then, queue)
+
+
+def take_views(d: Dispatcher, op: str, inputs: Sequence[Any], *, copy: bool = True) -> views.Taken:
+    """The call's inputs with its device-array views made bindable (:func:`views.take`), each
+    read as the op's tensor at its position takes it (a variadic op's inputs as its first)."""
+    sig = d.registry.op(op)
+    tensors = ((sig.inputs[0],) * len(inputs) if CONVENTIONS[sig.call].variadic else sig.inputs)[
+        : len(inputs)
+    ]
+    names, layouts = [t.name for t in tensors], [t.layouts for t in tensors]
+    return views.take(d.runtime, inputs, names, layouts, op, copy=copy)
 
 
 def _then(
@@ -306,5 +320,7 @@ def eager_plan(
 ) -> LaunchPlan:
     """The launch plan an eager call with these arguments gets (`.inst` is the chosen
     instance), without running it."""
+    if views.pending(inputs):
+        inputs = take_views(dispatcher(queue), op, inputs, copy=False).arrays
     c = prepare(op, inputs, attrs or {}, options, queue)
     return c.dispatcher.plan_for(c.op, c.inputs, c.attrs)

@@ -14,7 +14,7 @@ from typing import Any
 import pyopencl as cl
 
 from clforge.call.binding import bind, call_types
-from clforge.call.eager import prepare
+from clforge.call.eager import prepare, take_views
 from clforge.call.selection import Selection
 from clforge.params.lookup import Choice, not_borrowed
 
@@ -28,6 +28,7 @@ class Explanation:
     params: Choice | None
     passed: tuple[tuple[str, str], ...] = ()  # (tuning file, why it is not read for this device)
     device_isa: str = ""  # the device's vector ISA, as explain names it
+    views: tuple[str, ...] = ()  # per device-array view: read in place, or copied and why
 
     @property
     def instance(self) -> str | None:
@@ -41,6 +42,7 @@ class Explanation:
             doc["params_origin"] = self.params.describe()
         doc["device_isa"] = self.device_isa
         doc["tuning_passed_over"] = [{"file": f, "reason": why} for f, why in self.passed]
+        doc["views"] = list(self.views)
         return doc
 
     def __str__(self) -> str:
@@ -49,6 +51,8 @@ class Explanation:
             lines.insert(-1, f"  params of the chosen instance: {self.params.describe()}")
         for name, why in self.passed:
             lines.insert(-1, f"  tuning file passed over: {not_borrowed(name, why)}")
+        for note in self.views:
+            lines.insert(-1, f"  view: {note}")
         return "\n".join(lines)
 
 
@@ -63,7 +67,8 @@ def explain(
     attr_names = {a.name for a in sig.attrs}
     attrs = {k: v for k, v in kwargs.items() if k in attr_names}
     options = {k: v for k, v in kwargs.items() if k not in attr_names}
-    c = prepare(op, inputs, attrs, options, queue)
+    taken = take_views(dispatcher(queue), op, inputs, copy=False)  # describes, copies nothing
+    c = prepare(op, taken.arrays, attrs, options, queue)
     d = c.dispatcher
     dtype, layouts = call_types(c.op, c.inputs)
     b = bind(c.op, c.inputs, c.attrs)
@@ -71,4 +76,4 @@ def explain(
     sel = d.select(op, dtype, layouts, b.env)
     chosen = sel.chosen.instance if sel.chosen is not None else None
     params = d.params_for(d.registry.instance(chosen), b.env) if chosen else None
-    return Explanation(sel, params, d.lookup.passed, d.lookup.device.isa_text)
+    return Explanation(sel, params, d.lookup.passed, d.lookup.device.isa_text, taken.notes)
