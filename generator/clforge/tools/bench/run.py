@@ -25,7 +25,7 @@ from clforge.tools.bench.bandwidth import Bandwidth, Copier
 from clforge.tools.bench.cases import run_cases
 from clforge.tools.bench.chart import write_chart
 from clforge.tools.bench.clforge_side import Figures, GenericPace, requests, time_case
-from clforge.tools.bench.overhead import bench_first_call, bench_overhead
+from clforge.tools.bench.overhead import bench_first_call, bench_host_per_kernel, bench_overhead
 from clforge.tools.bench.peers import PEERS, PeerProcess
 from clforge.tools.bench.protocol import Outcome, Timing
 from clforge.tools.bench.report import make_rows, text
@@ -101,6 +101,9 @@ def run_bench(
     bw = copier.measure(s.timing, s.copy_bytes)
     progress("per-call overhead")
     over = bench_overhead(*s.overhead)
+    progress("host time per kernel, compiled model and eager")
+    rounds, _, calls = s.overhead
+    over["per_kernel"] = bench_host_per_kernel(rounds=2 * rounds + 1, inner=calls // 10)
     pace = GenericPace(s.generic_budget_s)
     per_case: list[list[Figures]] = [[] for _ in cases]
     bare = untuned_dispatcher(d) if untuned else None
