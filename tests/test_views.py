@@ -224,3 +224,120 @@ def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
     s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
     return _softmax(s) @ v
+
+
+# --- slices of graph values -----------------------------------------------------------------
+
+
+def _halves_model():
+    """x [2*S, D] split along axis 0 into two halves, added: the second half starts at byte
+    S*D*4 (in place where that is aligned), the first at 0."""
+    g = Graph("halves")
+    x = g.input("x", TensorType("f32", ("2*S", "D")))
+    g.output(g.ops.add(g.slice(x, 0, "S"), g.slice(x, "S", "2*S")))
+    return g.compile()
+
+
+@pytest.mark.parametrize(("s", "d"), [(1, 32), (4, 8), (3, 5), (7, 13)])
+def test_a_graph_input_split_along_its_first_axis(s, d, enqueued) -> None:
+    model = _halves_model()
+    host = rand(2 * s, d)
+    dx = dev(host)
+    aligned = (s * d * 4) % views.alignment(rt()) == 0
+    for _ in range(2):  # cold (specializes), then warm
+        enqueued.clear()
+        got = model(dx)
+        assert enqueued == {"kernels": 1 if aligned else 2}  # the add (and a gather)
+        close(got, host[:s] + host[s:])
+    (spec,) = model.cache.values()
+    (note,) = spec.views
+    assert ("through a sub-buffer" in note) == aligned, note
+    assert ("gathered" in note) == (not aligned), note
+    assert note in model.explain(file=None)
+    close(model(host), host[:s] + host[s:])  # NumPy in, NumPy out
+
+
+@pytest.mark.parametrize(("s", "h", "hd"), [(1, 1, 1), (5, 2, 3), (8, 4, 8)])
+def test_a_fused_qkv_projection_split_into_heads(s, h, hd) -> None:
+    """qkv = x @ w [S, 3*D]; q, k, v = its column thirds (a row stride of 3*D: gathered before
+    their consumers, said so), q and k seen as heads [S, H, hd] by a reshape of the strided
+    view; scores per head from a matmul of the gathered heads."""
+    d = h * hd
+    g = Graph("qkv")
+    x = g.input("x", TensorType("f32", ("S", d)))
+    w = g.constant(rand(d, 3 * d), "w")
+    qkv = g.ops.matmul(x, w)
+    q = g.ops.permute(g.reshape(g.slice(qkv, 0, d, axis=1), ("S", h, hd)), axes=(1, 0, 2))
+    k = g.ops.permute(g.reshape(g.slice(qkv, d, 2 * d, axis=1), ("S", h, hd)), axes=(1, 2, 0))
+    v = g.slice(qkv, 2 * d, 3 * d, axis=1)
+    g.output(g.ops.matmul(q, k), g.ops.exp(v))
+    model = g.compile()
+    host = rand(s, d)
+    whole = host @ model.plan.ir.constants[w.id]
+    qh = whole[:, :d].reshape(s, h, hd).transpose(1, 0, 2)
+    kh = whole[:, d : 2 * d].reshape(s, h, hd).transpose(1, 2, 0)
+    scores, ev = model(host)
+    close(scores, qh @ kh)
+    close(ev, np.exp(whole[:, 2 * d :]))
+    (spec,) = model.cache.values()
+    if s > 1 and d > 1:
+        assert sum("not row-major" in n for n in spec.views) == 3, spec.views
+
+
+def test_slices_of_an_intermediate_and_as_outputs() -> None:
+    """Slices of a slot (sub-buffers made once per specialization where aligned) and a slice
+    that is itself an output (a new array)."""
+    k = floats_per_alignment()
+    g = Graph("mid")
+    x = g.input("x", TensorType("f32", ("R", k)))
+    y = g.ops.exp(x)  # a slot: its slices' sub-buffers are made with the specialization
+    g.output(g.ops.mul(g.slice(y, 1, "R"), g.slice(y, 0, 1)))
+    model = g.compile()
+    host = rand(5, k)
+    e = np.exp(host)
+    close(model(host), e[1:] * e[:1])
+    close(model(dev(host)), e[1:] * e[:1])
+    (spec,) = model.cache.values()
+    assert spec.subs == ()  # nothing made per call
+    assert any(f"through a sub-buffer at byte {4 * k}" in n for n in spec.views), spec.views
+
+    g = Graph("out")
+    x = g.input("x", TensorType("f32", ("R", 3)))
+    g.output(g.slice(g.ops.exp(x), 1, 3), g.slice(g.ops.neg(x), 2, "R"))
+    model = g.compile()
+    host = rand(5, 3)
+    for given in (host, dev(host)):
+        part, rest = model(given)
+        close(part, np.exp(host[1:3]))
+        close(rest, -host[2:])
+
+
+def test_slice_capture_errors_and_guards(tmp_path) -> None:
+    g = Graph("bad")
+    x = g.input("x", TensorType("f32", ("S", 4)))
+    with pytest.raises(clforge.errors.GraphError, match=r"stop - start is -1 < 0"):
+        g.slice(x, 2, 1, axis=1)
+    with pytest.raises(clforge.errors.GraphError, match=r"the axis's size - stop is -1 < 0"):
+        g.slice(x, 0, 5, axis=1)
+    with pytest.raises(clforge.errors.GraphError, match=r"axis 2 is not an axis of a rank-2"):
+        g.slice(x, 0, 1, axis=2)
+    g.output(g.ops.neg(g.slice(x, 1, "T")))
+    with pytest.raises(clforge.errors.GraphError, match="dim T is bound by no graph input"):
+        g.compile()
+    # a symbolic bound is a guard, checked by a call
+    g = Graph("guarded")
+    x = g.input("x", TensorType("f32", ("S", "D")))
+    n = g.input("n", TensorType("f32", ("H",)))
+    g.output(g.ops.add(g.slice(x, 0, "H", axis=1), n))
+    model = g.compile()
+    close(model(rand(2, 5) * 0 + 1, np.arange(3, dtype=np.float32)), np.arange(3) + np.ones((2, 3)))
+    with pytest.raises(clforge.errors.CallError, match=r"D \+ -1\*H|H"):
+        model(rand(2, 3), rand(5))
+    # saved and loaded: the slice is data
+    g2 = Graph("saved")
+    x2 = g2.input("x", TensorType("f32", ("S", 3)))
+    g2.output(g2.ops.neg(g2.slice(x2, 2, "S")))
+    path = tmp_path / "m.json"
+    g2.compile().save(path)
+    host = rand(6, 3)
+    close(clforge.load(path)(host), -host[2:])

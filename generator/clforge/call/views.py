@@ -30,7 +30,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from clforge.core.layouts import array_layout, layout_strides
-from clforge.runtime.launch import Runtime
+from clforge.runtime.launch import ReadyLaunch, Runtime
 
 # the gather kernel moves elements as unsigned integers of the element's size (any dtype)
 _MOVED = {1: "uchar", 2: "ushort", 4: "uint", 8: "ulong"}
@@ -135,19 +135,22 @@ def _like(rt: Runtime, arr: cla.Array, strides: tuple[int, ...], data: Any = Non
 
 
 def _sub_buffer(rt: Runtime, arr: cla.Array) -> cla.Array:
-    """`arr` over a sub-buffer that starts at its first element: no data moves. A buffer from a
-    memory pool is wrapped by its handle (a pooled buffer has no sub-regions of its own); a
+    """`arr` over a sub-buffer that starts at its first element: no data moves."""
+    sub = sub_region(arr.base_data, int(arr.offset), _extent(arr))
+    return _like(rt, arr, tuple(arr.strides), sub)
+
+
+def sub_region(base: Any, origin: int, nbytes: int) -> cl.Buffer:
+    """A sub-buffer of `base` at byte `origin` (a multiple of :func:`alignment`). A buffer from
+    a memory pool is wrapped by its handle (a pooled buffer has no sub-regions of its own); a
     sub-buffer's own parent takes the sub-region (OpenCL has no sub-buffers of sub-buffers)."""
-    base: Any = arr.base_data
-    origin = int(arr.offset)
     if not isinstance(base, cl.Buffer):
         base = cl.Buffer.from_int_ptr(base.int_ptr, retain=True)
     parent = base.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
     if parent is not None:
         origin += int(base.get_info(cl.mem_info.OFFSET))
         base = parent
-    sub = base.get_sub_region(origin, _extent(arr))
-    return _like(rt, arr, tuple(arr.strides), sub)
+    return base.get_sub_region(origin, nbytes)
 
 
 def _copy_span(rt: Runtime, arr: cla.Array, copy: bool) -> cla.Array:
@@ -170,16 +173,51 @@ def _gather(rt: Runtime, arr: cla.Array, layout: str, copy: bool) -> cla.Array:
         return out
     if any(s % item for s in arr.strides) or arr.offset % item:  # pragma: no cover - NumPy-made
         raise ValueError(f"a view with strides {arr.strides} splits elements")
-    rank = len(shape)
-    kernel = _gather_kernel(rt, item, rank)
+    kernel = _gather_kernel(rt, item, len(shape))
+    strides = tuple(int(s) // item for s in arr.strides)
     dst = layout_strides(shape, 1, layout)
-    args: list[Any] = [out.base_data, arr.base_data, np.int64(arr.offset // item)]
-    for n, s, d in zip(shape, arr.strides, dst, strict=True):
-        args += [np.int64(n), np.int64(s // item), np.int64(d)]
+    args = [out.base_data, arr.base_data, *_gather_scalars(arr.offset // item, shape, strides, dst)]
     with rt.lock:  # a kernel holds its arguments (see clforge.runtime.launch)
         kernel.set_args(*args)
         cl.enqueue_nd_range_kernel(rt.queue, kernel, (math.prod(shape),), None)
     return out
+
+
+def _gather_scalars(
+    offset: int, shape: tuple[int, ...], strides: tuple[int, ...], dst: tuple[int, ...]
+) -> list[Any]:
+    """The gather kernel's scalars after its two buffers: the source offset, then per axis its
+    size, source stride and destination stride (elements)."""
+    out: list[Any] = [np.int64(offset)]
+    for n, s, d in zip(shape, strides, dst, strict=True):
+        out += [np.int64(n), np.int64(s), np.int64(d)]
+    return out
+
+
+def gather_launch(
+    rt: Runtime,
+    itemsize: int,
+    offset: int,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    dst: Any,
+    src: Any | None,
+    src_index: int | None = None,
+) -> ReadyLaunch:
+    """A ready gather (:mod:`clforge.runtime.launch`): elements `offset` + `strides` (in
+    elements) of shape `shape` copied row-major into `dst`; the source is buffer `src`, or the
+    call's buffer at `src_index` (rebound per call)."""
+    shared = _gather_kernel(rt, itemsize, len(shape))
+    with rt.lock:
+        k = cl.Kernel(shared.program, shared.function_name)
+    k.set_arg(0, dst)
+    if src is not None:
+        k.set_arg(1, src)
+    row = layout_strides(shape, 1, "row")
+    for i, a in enumerate(_gather_scalars(offset, shape, strides, row), 2):
+        k.set_arg(i, a)
+    rebind = ((1, src_index),) if src_index is not None else ()
+    return ReadyLaunch(k, (math.prod(shape),), None, rebind, [None] * len(rebind))
 
 
 def _gather_source(item: int, rank: int) -> str:

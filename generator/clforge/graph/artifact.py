@@ -33,6 +33,7 @@ from clforge.conventions import CONVENTIONS
 from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.core.layouts import layout_strides
 from clforge.errors import BuildError, CallError, ClforgeError, GraphError
+from clforge.graph.buffers import Place
 from clforge.graph.explain import explain_plan
 from clforge.graph.plan import Plan
 from clforge.graph.records import Node
@@ -40,6 +41,7 @@ from clforge.graph.schedule import Step
 from clforge.graph.select import layouts_of
 from clforge.graph.serial import save
 from clforge.graph.shapes import probe_array
+from clforge.graph.strides import Strided, strided_views
 from clforge.registry.loader import guard_holds
 from clforge.runtime.launch import LaunchPlan, Ready, ReadyLaunch, Runtime, ready, run_ready
 from clforge.runtime.transfer import to_host, upload
@@ -67,8 +69,11 @@ class Specialization:
     ready: tuple[Ready, ...] = ()
     launches: tuple[ReadyLaunch, ...] = ()  # every launch of `ready`, in order
     # per graph output: where it is (an output buffer k, input k by position, a constant by
-    # value id) and its shape
-    results: tuple[tuple[str, int, tuple[int, ...]], ...] = ()
+    # value id), its shape, and where its elements are when it is a view not in place
+    results: tuple[tuple[str, int, tuple[int, ...], Strided | None], ...] = ()
+    # per-call sub-buffers, appended to a call's buffers: (the call's buffer, byte origin, bytes)
+    subs: tuple[tuple[int, int, int], ...] = ()
+    views: tuple[str, ...] = ()  # what each view read by a kernel costs at these sizes
 
     @property
     def rebound(self) -> int:
@@ -92,6 +97,7 @@ class Specialization:
             "slot_bytes": [s.size if s is not None else 0 for s in self.slots],
             "kernels": len(self.launches),
             "rebound_per_call": self.rebound,
+            "views": list(self.views),
         }
 
 
@@ -198,10 +204,20 @@ class Model:
             for _, shape, dt in spec.outputs
         ]
         buffers = [arr.base_data if arr.size else rt.dummy for arr in (*inputs, *outs)]
+        for j, origin, nbytes in spec.subs:  # views of the call's buffers at aligned offsets
+            buffers.append(views.sub_region(buffers[j], origin, nbytes))
         run_ready(rt.queue, spec.launches, buffers)
         results = []
-        for kind, index, shape in spec.results:
-            if kind == "output":
+        for kind, index, shape, strided in spec.results:
+            if strided is not None:
+                if kind == "output":
+                    whole = outs[index]
+                elif kind == "input":
+                    whole = inputs[index]
+                else:
+                    whole = self._constant(index)
+                res = self._view_result(whole, strided)
+            elif kind == "output":
                 res = outs[index]
                 if res.shape != shape:
                     res = res.reshape(shape)
@@ -211,6 +227,25 @@ class Model:
                 res = self._constant(index).reshape(shape).copy()
             results.append(res if on_device else to_host(res))
         return results[0] if len(results) == 1 else tuple(results)
+
+    def _view_result(self, whole: cla.Array, s: Strided) -> cla.Array:
+        """A graph output that is a view (a slice) of `whole`'s memory, as a new row-major
+        array."""
+        item = whole.dtype.itemsize
+        rt = self.runtime
+        if math.prod(s.shape) == 0:
+            return rt.empty(("y", s.final, whole.dtype, layout_strides(s.final, item, "row")))
+        seen = cla.Array(
+            rt.queue,
+            s.shape,
+            whole.dtype,
+            strides=tuple(x * item for x in s.strides),
+            data=whole.base_data,
+            offset=s.offset * item,
+        )
+        taken = views.take(rt, (seen,), ("y",), (("row",),), f"graph {self.name!r}")
+        res = taken.arrays[0] if taken.copies else taken.arrays[0].copy()
+        return res if s.final == s.shape else res.reshape(s.final)
 
     def _constant(self, vid: int) -> cla.Array:
         arr = self._constants.get(vid)
@@ -250,13 +285,16 @@ class Model:
                     continue
                 shape = tuple(x.evaluate(env) for x in v.shape)
                 outputs[place.index] = (vid, shape, DTYPES[v.dtype].np_dtype)
-        made = tuple(self._ready(p, slots) for p in prepared)
+        strided = {k: g for k, g in strided_views(ir, env).items() if not g.in_place}
+        binder = _ViewBinder(self, slots, strided, len(ir.inputs) + len(outputs))
+        made = tuple(binder.ready(p) for p in prepared)
         position = {vid: k for k, vid in enumerate(ir.inputs)}
         results = []
         for vid in ir.outputs:
             place = self.plan.buffers.place(vid)
             index = position[place.index] if place.kind == "input" else place.index
-            results.append((place.kind, index, tuple(x.evaluate(env) for x in ir.value(vid).shape)))
+            shape = tuple(x.evaluate(env) for x in ir.value(vid).shape)
+            results.append((place.kind, index, shape, strided.get(vid)))
         return Specialization(
             tuple(sorted(env.items())),
             tuple(prepared),
@@ -265,31 +303,9 @@ class Model:
             made,
             tuple(launch for r in made for launch in r.launches),
             tuple(results),
+            tuple(binder.subs),
+            tuple(binder.notes),
         )
-
-    def _ready(self, p: Prepared, slots: list[Any]) -> Ready:
-        """`p`'s kernels with every argument bound but the call's own buffers: a graph input
-        is the call's buffer at its position among the inputs, output k at len(inputs) + k."""
-        rt = self.runtime
-        ir = self.plan.ir
-        position = {vid: k for k, vid in enumerate(ir.inputs)}
-        fixed: dict[str, Any] = {}
-        per_call: dict[str, int] = {}
-        for tensor, _, place in (*p.step.inputs, *p.step.outputs):
-            if place is None:
-                fill = p.fills[tensor]
-                fixed[tensor] = fill.base_data if fill.size else rt.dummy
-            elif place.kind == "input":
-                per_call[tensor] = position[place.index]
-            elif place.kind == "output":
-                per_call[tensor] = len(ir.inputs) + place.index
-            elif place.kind == "constant":
-                arr = self._constant(place.index)
-                fixed[tensor] = arr.base_data if arr.size else rt.dummy
-            else:
-                buf = slots[place.index]
-                fixed[tensor] = buf if buf is not None else rt.dummy
-        return ready(rt, p.plan, fixed, per_call)
 
     def _prepare(self, n: Node, step: Step, env: Mapping[str, int], d: Dispatcher) -> Prepared:
         ir = self.plan.ir
@@ -363,3 +379,83 @@ class Model:
     def save(self, path: Any) -> None:
         """Write the plan and the guards as data (JSON), constants included."""
         save(self.plan, path)
+
+
+class _ViewBinder:
+    """Makes a specialization's steps ready (`clforge.runtime.launch.ready`): a graph input is
+    the call's buffer at its position among the inputs, output k at len(inputs) + k. A kernel
+    input that is a view not in place (`strides.Strided`) is read through a sub-buffer where it
+    is row-major at an aligned offset (made once for a slot or a constant, per call for a
+    call's buffer: `subs`), else gathered row-major into a buffer of the specialization by a
+    kernel before the step; `notes` says which, per view."""
+
+    def __init__(
+        self, model: Model, slots: list[Any], strided: Mapping[int, Strided], per_call: int
+    ) -> None:
+        self.model = model
+        self.rt = model.runtime
+        self.slots = slots
+        self.strided = strided
+        self.first_sub = per_call
+        self.subs: list[tuple[int, int, int]] = []
+        self.notes: list[str] = []
+        self.position = {vid: k for k, vid in enumerate(model.plan.ir.inputs)}
+
+    def _base(self, place: Place) -> tuple[Any, int | None]:
+        """The buffer of a place (fixed), or the index of the call's buffer."""
+        if place.kind == "input":
+            return None, self.position[place.index]
+        if place.kind == "output":
+            return None, len(self.position) + place.index
+        if place.kind == "constant":
+            arr = self.model._constant(place.index)
+            return (arr.base_data if arr.size else self.rt.dummy), None
+        buf = self.slots[place.index]
+        return (buf if buf is not None else self.rt.dummy), None
+
+    def ready(self, p: Prepared) -> Ready:
+        rt = self.rt
+        ir = self.model.plan.ir
+        fixed: dict[str, Any] = {}
+        per_call: dict[str, int] = {}
+        before: list[ReadyLaunch] = []
+        held: list[Any] = []
+        for tensor, vid, place in (*p.step.inputs, *p.step.outputs):
+            if place is None:
+                fill = p.fills[tensor]
+                fixed[tensor] = fill.base_data if fill.size else rt.dummy
+                continue
+            base, index = self._base(place)
+            s = self.strided.get(vid) if vid is not None else None
+            if s is None or vid is None or math.prod(s.shape) == 0:
+                if index is None:
+                    fixed[tensor] = base
+                else:
+                    per_call[tensor] = index
+                continue
+            item = DTYPES[ir.value(vid).dtype].size
+            origin, nbytes = s.offset * item, math.prod(s.shape) * item
+            here = f"node {p.step.node} ({p.step.op}) input {tensor} = {ir.value(vid).name}"
+            if s.row_major and origin % views.alignment(rt) == 0:
+                if index is None:
+                    fixed[tensor] = views.sub_region(base, origin, nbytes)
+                else:
+                    self.subs.append((index, origin, nbytes))
+                    per_call[tensor] = self.first_sub + len(self.subs) - 1
+                self.notes.append(f"{here}: read in place through a sub-buffer at byte {origin}")
+                continue
+            dst = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, nbytes)
+            held.append(dst)
+            before.append(
+                views.gather_launch(rt, item, s.offset, s.shape, s.strides, dst, base, index)
+            )
+            fixed[tensor] = dst
+            why = (
+                f"offset {origin} bytes is not a multiple of the device's "
+                f"{views.alignment(rt)}-byte sub-buffer alignment"
+                if s.row_major
+                else f"strides {s.strides} (elements) for shape {s.shape} are not row-major"
+            )
+            self.notes.append(f"{here}: gathered row-major by a kernel before the step ({why})")
+        r = ready(rt, p.plan, fixed, per_call)
+        return Ready((*before, *r.launches), (*r.held, *held))
