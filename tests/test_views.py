@@ -341,3 +341,32 @@ def test_slice_capture_errors_and_guards(tmp_path) -> None:
     g2.compile().save(path)
     host = rand(6, 3)
     close(clforge.load(path)(host), -host[2:])
+
+
+@pytest.mark.parametrize(("m", "k", "n"), [(1, 1, 1), (5, 3, 7), (13, 17, 2)])
+def test_transposes_feeding_matmul_and_gemm_are_read_col_major(m, k, n, enqueued) -> None:
+    """A 2-d permute feeding gemm toggles its trans flag, a 2-d matmul of a transpose becomes
+    gemm with it: the permutes' kernels go (the gemms' own launches only), and simplify says
+    so."""
+    g = Graph("transposes")
+    a = g.input("a", TensorType("f32", ("M", "K")))
+    w = g.input("w", TensorType("f32", ("N", "K")))
+    g.output(
+        g.ops.gemm(a, g.ops.permute(w, axes=(1, 0)), alpha=0.5),
+        g.ops.matmul(g.ops.permute(a), a),
+    )
+    model = g.compile()
+    ha, hw = rand(m, k), rand(n, k)
+    da, dw = dev(ha), dev(hw)
+    model(da, dw)  # specializes (fills gemm's omitted bias)
+    enqueued.clear()
+    first, second = model(da, dw)
+    (spec,) = model.cache.values()
+    assert [p.step.op for p in spec.steps] == ["gemm", "gemm"]  # no permute launched
+    assert enqueued == {"kernels": sum(len(p.plan.launches) for p in spec.steps)}
+    close(first, 0.5 * ha @ hw.T)
+    close(second, ha.T @ ha)
+    log = "\n".join(model.plan.simplified)
+    assert "read permute as trans_b" in log
+    assert "read permute_1 as trans_a" in log and "the 2-d matmul becomes gemm" in log
+    assert [n.op for n in model.plan.ir.nodes] == ["gemm", "gemm"]
