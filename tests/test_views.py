@@ -370,3 +370,14 @@ def test_transposes_feeding_matmul_and_gemm_are_read_col_major(m, k, n, enqueued
     assert "read permute as trans_b" in log
     assert "read permute_1 as trans_a" in log and "the 2-d matmul becomes gemm" in log
     assert [n.op for n in model.plan.ir.nodes] == ["gemm", "gemm"]
+
+
+def test_empty_views_and_calls_by_canonical_names() -> None:
+    """An empty view at an offset reads nothing: no refusal. A call by canonical names
+    (dispatcher().call) binds buffers as they are, so it still refuses an offset, naming
+    clforge.ops as the way that takes views."""
+    whole = dev(rand(6, 4))
+    assert ops.add(whole[5:5], whole[5:5]).shape == (0, 4)
+    with pytest.raises(clforge.CallError, match=r"offset \(16 bytes\).*clforge\.ops"):
+        dispatcher().call("exp", {"x": whole.reshape(24)[4:]})
+    close(ops.exp(whole.reshape(24)[4:]), np.exp(whole.get().reshape(24)[4:]))

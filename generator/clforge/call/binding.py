@@ -263,8 +263,12 @@ def device_array_problem(
             f"input {name!r} (shape {arr.shape}) lives in another OpenCL context than the "
             "queue's; copy it to this context first"
         )
-    if arr.offset:
-        return f"input {name!r} is a view with an offset; pass a copy"
+    if arr.offset and arr.size:  # clforge.ops calls take views first (call/views.py)
+        return (
+            f"input {name!r} is a view with an offset ({arr.offset} bytes); a call by "
+            "canonical names binds buffers as they are: pass a copy, or call clforge.ops.<op>, "
+            "which takes views"
+        )
     if arr.size and array_layout(arr) != layout:
         return (
             f"input {name!r} (shape {arr.shape}, strides {arr.strides}) is not "
