@@ -381,3 +381,20 @@ def test_empty_views_and_calls_by_canonical_names() -> None:
     with pytest.raises(clforge.CallError, match=r"offset \(16 bytes\).*clforge\.ops"):
         dispatcher().call("exp", {"x": whole.reshape(24)[4:]})
     close(ops.exp(whole.reshape(24)[4:]), np.exp(whole.get().reshape(24)[4:]))
+
+
+@pytest.mark.parametrize("width", [32, 5])
+def test_slices_of_a_constant(width: int) -> None:
+    """A constant's rows from 2 on: a sub-buffer of the constant made once (aligned), or
+    gathered before the step (5 floats a row: 40 bytes, off the alignment)."""
+    w = rand(6, width)
+    g = Graph("const")
+    x = g.input("x", TensorType("f32", (4, width)))
+    g.output(g.ops.add(x, g.slice(g.constant(w, "w"), 2, 6)))
+    model = g.compile()
+    host = rand(4, width)
+    close(model(host), host + w[2:])
+    (spec,) = model.cache.values()
+    (note,) = spec.views
+    aligned = (2 * width * 4) % views.alignment(rt()) == 0
+    assert ("through a sub-buffer" in note) == aligned and ("gathered" in note) != aligned

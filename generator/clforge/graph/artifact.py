@@ -370,7 +370,7 @@ class Model:
         candidate, chosen, eligible or rejected, and why)."""
         text = explain_plan(self.plan, self.cache, verbose=verbose)
         if self.views:
-            text += "\n== views (the last call's device-array inputs with an offset or strides)"
+            text += "\n== views (device-array inputs given as views: the latest call's note each)"
             text += "".join(f"\n  {note}" for note in self.views.values())
         if file is not None:
             print(text, file=file)
