@@ -162,13 +162,14 @@ def _matmul(im: _Importer, n: _Node) -> list[Operand]:
 def _gemm(im: _Importer, n: _Node) -> list[Operand]:
     a, b = im.value(n, n.inputs[0]), im.value(n, n.inputs[1])
     c = im.optional(n, 2)
-    kw: dict[str, Any] = {
-        "trans_a": bool(n.attrs.get("transA", 0)),
-        "trans_b": bool(n.attrs.get("transB", 0)),
-        "alpha": float(n.attrs.get("alpha", 1.0)),
-    }
-    if c is not None:
-        kw["beta"] = float(n.attrs.get("beta", 1.0))
+    kw: dict[str, Any] = {}  # clforge's defaults left out, so the node reads as one written
+    for attr, option in (("transA", "trans_a"), ("transB", "trans_b")):
+        if n.attrs.get(attr, 0):
+            kw[option] = True
+    if _f32(n.attrs.get("alpha", 1.0)) != 1.0:
+        kw["alpha"] = _f32(n.attrs["alpha"])
+    if c is not None:  # ONNX's beta defaults to 1, clforge's to 0 (no bias)
+        kw["beta"] = _f32(n.attrs.get("beta", 1.0))
     return [im.g.ops.gemm(a, b, c, **kw)]
 
 
@@ -182,7 +183,7 @@ def _gelu(im: _Importer, n: _Node) -> list[Operand]:
 
 def _leaky_relu(im: _Importer, n: _Node) -> list[Operand]:
     x = im.value(n, n.inputs[0])
-    return [im.g.ops.leaky_relu(x, alpha=float(n.attrs.get("alpha", 0.01)))]
+    return [im.g.ops.leaky_relu(x, alpha=_f32(n.attrs.get("alpha", 0.01)))]
 
 
 def _softmax(op: str) -> Handler:
@@ -234,8 +235,10 @@ def _layer_norm(im: _Importer, n: _Node) -> list[Operand]:
         raise im.fail(n, f"axis {axis} is out of range for an input of rank {x.ndim}")
     axes = x.ndim - axis % x.ndim
     weights = (im.optional(n, 1), im.optional(n, 2))  # in the normalized shape, as ONNX's
-    eps = float(n.attrs.get("epsilon", 1e-5))
-    return [im.g.ops.layer_norm(x, *weights, eps=eps, axes=axes)]
+    kw: dict[str, Any] = {"eps": _f32(n.attrs.get("epsilon", 1e-5))}
+    if axes != 1:
+        kw["axes"] = axes
+    return [im.g.ops.layer_norm(x, *weights, **kw)]
 
 
 def _transpose(im: _Importer, n: _Node) -> list[Operand]:
@@ -357,9 +360,9 @@ def _attention(im: _Importer, n: _Node) -> list[Operand]:
         )
     kw: dict[str, Any] = {"causal": bool(n.attrs.get("is_causal", 0))}
     if "scale" in n.attrs:
-        kw["scale"] = float(n.attrs["scale"])
+        kw["scale"] = _f32(n.attrs["scale"])
     if n.attrs.get("softcap", 0.0):
-        kw["softcap"] = float(n.attrs["softcap"])
+        kw["softcap"] = _f32(n.attrs["softcap"])
     if q.shape[1] != k.shape[1]:
         kw["enable_gqa"] = True
     return [im.g.ops.attention(q, k, v, **kw)]
@@ -481,6 +484,12 @@ def _tensor_type(g: Graph, inp: Any) -> TensorType:
         else:
             dims.append(f"{_safe(inp.name)}_{axis}")
     return TensorType(_DTYPES[t.elem_type], tuple(dims))
+
+
+def _f32(value: Any) -> float:
+    """An ONNX float attribute (stored as float32) as the shortest decimal that float32 reads
+    back the same: epsilon 1e-5, not 9.999999747378752e-06."""
+    return float(str(np.float32(value)))
 
 
 def _safe(name: str) -> str:
