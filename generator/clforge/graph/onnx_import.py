@@ -368,6 +368,60 @@ def _attention(im: _Importer, n: _Node) -> list[Operand]:
     return [im.g.ops.attention(q, k, v, **kw)]
 
 
+def _window(im: _Importer, n: _Node, x: GraphValue) -> dict[str, Any]:
+    """A Conv's or a pool's strides, pads (the same at both ends of an axis) and dilations as
+    clforge's (h, w) pairs; 2-d only, explicit padding only."""
+    if x.ndim != 4:
+        raise im.fail(n, f"takes 4-d (N, C, H, W) input, not rank {x.ndim}")
+    auto = n.attrs.get("auto_pad", b"NOTSET")
+    if (auto.decode() if isinstance(auto, bytes) else str(auto)) != "NOTSET":
+        raise im.fail(n, f"auto_pad={auto!r} is not supported (give pads)")
+    pads = tuple(int(p) for p in n.attrs.get("pads", (0, 0, 0, 0)))
+    if pads[:2] != pads[2:]:
+        raise im.fail(n, f"pads {pads}: clforge pads both ends of an axis alike")
+    kw: dict[str, Any] = {}
+    for attr, option, default in (("strides", "stride", 1), ("dilations", "dilation", 1)):
+        pair = tuple(int(v) for v in n.attrs.get(attr, (default, default)))
+        if pair != (default, default):
+            kw[option] = pair
+    if pads != (0, 0, 0, 0):
+        kw["padding"] = pads[:2]
+    return kw
+
+
+def _conv(im: _Importer, n: _Node) -> list[Operand]:
+    x, w = im.value(n, n.inputs[0]), im.value(n, n.inputs[1])
+    kw = _window(im, n, x)
+    if int(n.attrs.get("group", 1)) != 1:
+        kw["groups"] = int(n.attrs["group"])
+    return [im.g.ops.conv2d(x, w, im.optional(n, 2), **kw)]
+
+
+def _pool(op: str) -> Handler:
+    def handle(im: _Importer, n: _Node) -> list[Operand]:
+        if len([o for o in n.outputs if o]) > 1:
+            raise im.fail(n, "its Indices output is not supported")
+        x = im.value(n, n.inputs[0])
+        kw = _window(im, n, x)
+        kw["kernel_size"] = tuple(int(k) for k in n.attrs["kernel_shape"])
+        kw.setdefault("stride", 1)  # ONNX's strides default to 1, clforge's to the kernel size
+        if n.attrs.get("ceil_mode", 0):
+            kw["ceil_mode"] = True
+        if op == "avg_pool2d":  # ONNX leaves the padding out of the average unless asked
+            kw["count_include_pad"] = bool(n.attrs.get("count_include_pad", 0))
+        return [getattr(im.g.ops, op)(x, **kw)]
+
+    return handle
+
+
+def _batch_norm(im: _Importer, n: _Node) -> list[Operand]:
+    if len([o for o in n.outputs if o]) > 1 or n.attrs.get("training_mode", 0):
+        raise im.fail(n, "inference only (one output, training_mode=0)")
+    x, scale, bias, mean, var = (im.value(n, k) for k in n.inputs[:5])
+    eps = _f32(n.attrs.get("epsilon", 1e-5))
+    return [im.g.ops.batch_norm(x, mean, var, scale, bias, eps=eps)]
+
+
 HANDLERS: dict[str, Handler] = {
     **{k: _unary(v) for k, v in _UNARY.items()},
     **{k: _binary(v) for k, v in _BINARY.items()},
@@ -375,9 +429,12 @@ HANDLERS: dict[str, Handler] = {
     **{k: _reduce(v) for k, v in _REDUCE.items()},
     "ArgMax": _argmax,
     "Attention": _attention,
+    "AveragePool": _pool("avg_pool2d"),
+    "BatchNormalization": _batch_norm,
     "Cast": _cast,
     "Clip": _clip,
     "Constant": _constant,
+    "Conv": _conv,
     "Flatten": _flatten,
     "Gelu": _gelu,
     "Gemm": _gemm,
@@ -386,6 +443,7 @@ HANDLERS: dict[str, Handler] = {
     "LeakyRelu": _leaky_relu,
     "LogSoftmax": _softmax("log_softmax"),
     "MatMul": _matmul,
+    "MaxPool": _pool("max_pool2d"),
     "Reshape": _reshape,
     "Softmax": _softmax("softmax"),
     "Squeeze": _squeeze,
