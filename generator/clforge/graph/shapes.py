@@ -211,6 +211,7 @@ def infer(
 
 
 def _refused(here: str, sig: OpSig, given: Mapping[str, Value], options: Mapping[str, Any]) -> None:
+    """Refuse the options and inputs graphs do not take (_REFUSED_OPTIONS, _REFUSED_INPUTS)."""
     for (conv, option), (allowed, why) in _REFUSED_OPTIONS.items():
         if sig.call == conv and options.get(option, allowed) != allowed:
             raise GraphError(
@@ -244,7 +245,7 @@ def _recheck(
     try:
         _, merged2, b2 = _run(sig, given, options, attrs, other)
     except (CallError, TypeError, ValueError, np.exceptions.AxisError):
-        return merged  # past the 32-bit range on larger primes: the first run stands
+        return merged  # past the 32-bit range on the larger primes: the first run stands
     for k, d in dims:
         again = other.dim(b2.dims[k])
         if again != d:
