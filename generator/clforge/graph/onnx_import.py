@@ -14,8 +14,7 @@ not computed by the graph. The ``onnx`` package is an optional extra (``pip inst
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from clforge.call.compiled import TensorType
 from clforge.errors import GraphError
 from clforge.graph.capture import Graph, GraphValue
 from clforge.graph.dims import Dim
+from clforge.graph.onnx_patterns import OnnxNode, fold_erf_gelu
 from clforge.graph.shapes import same_size
 
 # ONNX TensorProto element types clforge has
@@ -49,21 +49,6 @@ _AXES_INPUT_FROM = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "ReduceM
 Operand = GraphValue | np.ndarray  # a graph value, or an array known at import (not yet a constant)
 
 
-@dataclass(frozen=True)
-class _Node:
-    """One ONNX node as the handlers read it."""
-
-    op_type: str
-    name: str
-    inputs: tuple[str, ...]  # "" for an omitted optional input
-    outputs: tuple[str, ...]
-    attrs: Mapping[str, Any]
-
-    @property
-    def where(self) -> str:
-        return f"{self.op_type} node {self.name!r}"
-
-
 class _Importer:
     def __init__(self, g: Graph, opset: int) -> None:
         self.g = g
@@ -72,7 +57,7 @@ class _Importer:
 
     # --- operands -----------------------------------------------------------------------------
 
-    def value(self, node: _Node, name: str) -> GraphValue:
+    def value(self, node: OnnxNode, name: str) -> GraphValue:
         """Input `name` as a graph value (an array known at import becomes a constant here)."""
         v = self.values[name]
         if isinstance(v, np.ndarray):
@@ -82,7 +67,7 @@ class _Importer:
             self.values[name] = v
         return v
 
-    def _narrowed(self, node: _Node, name: str, v: np.ndarray) -> np.ndarray:
+    def _narrowed(self, node: OnnxNode, name: str, v: np.ndarray) -> np.ndarray:
         """A bool or int64 constant used as a tensor: i32 (clforge's integer dtype; a where's
         condition is i32), refused if a value does not fit."""
         if v.size and (v.min() < -(2**31) or v.max() >= 2**31):
@@ -92,7 +77,7 @@ class _Importer:
             )
         return v.astype(np.int32)
 
-    def known(self, node: _Node, name: str, what: str) -> np.ndarray:
+    def known(self, node: OnnxNode, name: str, what: str) -> np.ndarray:
         """Input `name` as an array known at import (an initializer or a Constant's output)."""
         v = self.values.get(name)
         if not isinstance(v, np.ndarray):
@@ -102,17 +87,17 @@ class _Importer:
             )
         return v
 
-    def ints(self, node: _Node, name: str, what: str) -> tuple[int, ...]:
+    def ints(self, node: OnnxNode, name: str, what: str) -> tuple[int, ...]:
         return tuple(int(n) for n in self.known(node, name, what).reshape(-1))
 
-    def optional(self, node: _Node, k: int) -> GraphValue | None:
+    def optional(self, node: OnnxNode, k: int) -> GraphValue | None:
         return self.value(node, node.inputs[k]) if len(node.inputs) > k and node.inputs[k] else None
 
-    def fail(self, node: _Node, why: str) -> GraphError:
+    def fail(self, node: OnnxNode, why: str) -> GraphError:
         return GraphError(f"graph {self.g.name!r}: {node.where}: {why}")
 
 
-Handler = Callable[[_Importer, _Node], Sequence[Operand]]
+Handler = Callable[[_Importer, OnnxNode], Sequence[Operand]]
 
 
 def _unary(op: str) -> Handler:
@@ -120,7 +105,7 @@ def _unary(op: str) -> Handler:
 
 
 def _binary(op: str) -> Handler:
-    def handle(im: _Importer, n: _Node) -> list[Operand]:
+    def handle(im: _Importer, n: OnnxNode) -> list[Operand]:
         a, b = (im.value(n, x) for x in n.inputs[:2])
         return [getattr(im.g.ops, op)(a, b)]
 
@@ -128,7 +113,7 @@ def _binary(op: str) -> Handler:
 
 
 def _variadic(op: str) -> Handler:
-    def handle(im: _Importer, n: _Node) -> list[Operand]:
+    def handle(im: _Importer, n: OnnxNode) -> list[Operand]:
         out = im.value(n, n.inputs[0])
         for x in n.inputs[1:]:
             out = getattr(im.g.ops, op)(out, im.value(n, x))
@@ -137,11 +122,11 @@ def _variadic(op: str) -> Handler:
     return handle
 
 
-def _identity(im: _Importer, n: _Node) -> list[Operand]:
+def _identity(im: _Importer, n: OnnxNode) -> list[Operand]:
     return [im.values[n.inputs[0]]]
 
 
-def _constant(im: _Importer, n: _Node) -> list[Operand]:
+def _constant(im: _Importer, n: OnnxNode) -> list[Operand]:
     from onnx import numpy_helper
 
     if "value" in n.attrs:
@@ -155,11 +140,11 @@ def _constant(im: _Importer, n: _Node) -> list[Operand]:
     raise im.fail(n, f"takes value, value_float(s) or value_int(s), not {sorted(n.attrs)}")
 
 
-def _matmul(im: _Importer, n: _Node) -> list[Operand]:
+def _matmul(im: _Importer, n: OnnxNode) -> list[Operand]:
     return [im.g.ops.matmul(im.value(n, n.inputs[0]), im.value(n, n.inputs[1]))]
 
 
-def _gemm(im: _Importer, n: _Node) -> list[Operand]:
+def _gemm(im: _Importer, n: OnnxNode) -> list[Operand]:
     a, b = im.value(n, n.inputs[0]), im.value(n, n.inputs[1])
     c = im.optional(n, 2)
     kw: dict[str, Any] = {}  # clforge's defaults left out, so the node reads as one written
@@ -173,7 +158,7 @@ def _gemm(im: _Importer, n: _Node) -> list[Operand]:
     return [im.g.ops.gemm(a, b, c, **kw)]
 
 
-def _gelu(im: _Importer, n: _Node) -> list[Operand]:
+def _gelu(im: _Importer, n: OnnxNode) -> list[Operand]:
     approx = n.attrs.get("approximate", b"none")
     approx = approx.decode() if isinstance(approx, bytes) else str(approx)
     if approx not in ("none", "tanh"):
@@ -181,13 +166,13 @@ def _gelu(im: _Importer, n: _Node) -> list[Operand]:
     return [im.g.ops.gelu(im.value(n, n.inputs[0]), approximate=int(approx == "tanh"))]
 
 
-def _leaky_relu(im: _Importer, n: _Node) -> list[Operand]:
+def _leaky_relu(im: _Importer, n: OnnxNode) -> list[Operand]:
     x = im.value(n, n.inputs[0])
     return [im.g.ops.leaky_relu(x, alpha=_f32(n.attrs.get("alpha", 0.01)))]
 
 
 def _softmax(op: str) -> Handler:
-    def handle(im: _Importer, n: _Node) -> list[Operand]:
+    def handle(im: _Importer, n: OnnxNode) -> list[Operand]:
         x = im.value(n, n.inputs[0])
         if im.opset >= 13:
             return [getattr(im.g.ops, op)(x, axis=int(n.attrs.get("axis", -1)))]
@@ -202,7 +187,7 @@ def _softmax(op: str) -> Handler:
 
 
 def _reduce(op: str) -> Handler:
-    def handle(im: _Importer, n: _Node) -> list[Operand]:
+    def handle(im: _Importer, n: OnnxNode) -> list[Operand]:
         x = im.value(n, n.inputs[0])
         if im.opset >= _AXES_INPUT_FROM[n.op_type]:
             axes = im.ints(n, n.inputs[1], "axes") if len(n.inputs) > 1 and n.inputs[1] else ()
@@ -218,7 +203,7 @@ def _reduce(op: str) -> Handler:
     return handle
 
 
-def _argmax(im: _Importer, n: _Node) -> list[Operand]:
+def _argmax(im: _Importer, n: OnnxNode) -> list[Operand]:
     if n.attrs.get("select_last_index", 0):
         raise im.fail(n, "select_last_index=1 is not supported (clforge's argmax takes the first)")
     x = im.value(n, n.inputs[0])
@@ -226,7 +211,7 @@ def _argmax(im: _Importer, n: _Node) -> list[Operand]:
     return [im.g.ops.argmax(x, axis=axis, keepdims=keepdims)]
 
 
-def _layer_norm(im: _Importer, n: _Node) -> list[Operand]:
+def _layer_norm(im: _Importer, n: OnnxNode) -> list[Operand]:
     if len([o for o in n.outputs if o]) > 1:
         raise im.fail(n, "its Mean and InvStdDev outputs are not supported (Y only)")
     x = im.value(n, n.inputs[0])
@@ -241,14 +226,14 @@ def _layer_norm(im: _Importer, n: _Node) -> list[Operand]:
     return [im.g.ops.layer_norm(x, *weights, **kw)]
 
 
-def _transpose(im: _Importer, n: _Node) -> list[Operand]:
+def _transpose(im: _Importer, n: OnnxNode) -> list[Operand]:
     x = im.value(n, n.inputs[0])
     perm = n.attrs.get("perm")
     axes = tuple(int(p) for p in perm) if perm is not None else tuple(reversed(range(x.ndim)))
     return [im.g.ops.permute(x, axes=axes)]
 
 
-def _target(im: _Importer, n: _Node, x: GraphValue, shape: Sequence[int]) -> tuple[str, ...]:
+def _target(im: _Importer, n: OnnxNode, x: GraphValue, shape: Sequence[int]) -> tuple[str, ...]:
     """Reshape's target as dims: 0 copies the input's dim (unless allowzero), -1 takes the
     rest."""
     allowzero = bool(n.attrs.get("allowzero", 0))
@@ -282,12 +267,12 @@ def _target(im: _Importer, n: _Node, x: GraphValue, shape: Sequence[int]) -> tup
     return tuple(str(d) for d in dims if d is not None)
 
 
-def _reshape(im: _Importer, n: _Node) -> list[Operand]:
+def _reshape(im: _Importer, n: OnnxNode) -> list[Operand]:
     x = im.value(n, n.inputs[0])
     return [im.g.reshape(x, _target(im, n, x, im.ints(n, n.inputs[1], "the shape")))]
 
 
-def _flatten(im: _Importer, n: _Node) -> list[Operand]:
+def _flatten(im: _Importer, n: OnnxNode) -> list[Operand]:
     x = im.value(n, n.inputs[0])
     axis = int(n.attrs.get("axis", 1)) % (x.ndim + 1) if x.ndim else 0
     lead = math.prod(x.shape[:axis], start=Dim.const(1))
@@ -295,7 +280,7 @@ def _flatten(im: _Importer, n: _Node) -> list[Operand]:
     return [im.g.reshape(x, (str(lead), str(tail)))]
 
 
-def _squeeze(im: _Importer, n: _Node) -> list[Operand]:
+def _squeeze(im: _Importer, n: OnnxNode) -> list[Operand]:
     x = im.value(n, n.inputs[0])
     if im.opset >= 13:
         axes = im.ints(n, n.inputs[1], "axes") if len(n.inputs) > 1 and n.inputs[1] else None
@@ -313,7 +298,7 @@ def _squeeze(im: _Importer, n: _Node) -> list[Operand]:
     return [im.g.reshape(x, tuple(str(d) for d in keep))]
 
 
-def _unsqueeze(im: _Importer, n: _Node) -> list[Operand]:
+def _unsqueeze(im: _Importer, n: OnnxNode) -> list[Operand]:
     x = im.value(n, n.inputs[0])
     if im.opset >= 13:
         axes = im.ints(n, n.inputs[1], "axes")
@@ -325,19 +310,19 @@ def _unsqueeze(im: _Importer, n: _Node) -> list[Operand]:
     return [im.g.reshape(x, tuple("1" if i in at else str(next(rest)) for i in range(rank)))]
 
 
-def _cast(im: _Importer, n: _Node) -> list[Operand]:
+def _cast(im: _Importer, n: OnnxNode) -> list[Operand]:
     to = int(n.attrs["to"])
     if to not in _CASTS:
         raise im.fail(n, f"to={to}: clforge casts to f16, f32, f64 and i32 only")
     return [getattr(im.g.ops, _CASTS[to])(im.value(n, n.inputs[0]))]
 
 
-def _where(im: _Importer, n: _Node) -> list[Operand]:
+def _where(im: _Importer, n: OnnxNode) -> list[Operand]:
     cond, x, y = (im.value(n, k) for k in n.inputs[:3])
     return [im.g.ops.where(cond, x, y)]
 
 
-def _clip(im: _Importer, n: _Node) -> list[Operand]:
+def _clip(im: _Importer, n: OnnxNode) -> list[Operand]:
     x = im.value(n, n.inputs[0])
     if im.opset >= 11:
         lo, hi = im.optional(n, 1), im.optional(n, 2)
@@ -347,7 +332,7 @@ def _clip(im: _Importer, n: _Node) -> list[Operand]:
     return [im.g.ops.clip(x, lo, hi)]
 
 
-def _attention(im: _Importer, n: _Node) -> list[Operand]:
+def _attention(im: _Importer, n: OnnxNode) -> list[Operand]:
     """ONNX's Attention (opset 23): q, k, v of rank 4 (B, H, S, D) without a mask, past keys
     or extra outputs; is_causal, scale and softcap as clforge's attention takes them."""
     extra = [k for k in n.inputs[3:] if k] + [o for o in n.outputs[1:] if o]
@@ -368,7 +353,7 @@ def _attention(im: _Importer, n: _Node) -> list[Operand]:
     return [im.g.ops.attention(q, k, v, **kw)]
 
 
-def _window(im: _Importer, n: _Node, x: GraphValue) -> dict[str, Any]:
+def _window(im: _Importer, n: OnnxNode, x: GraphValue) -> dict[str, Any]:
     """A Conv's or a pool's strides, pads (the same at both ends of an axis) and dilations as
     clforge's (h, w) pairs; 2-d only, explicit padding only."""
     if x.ndim != 4:
@@ -389,7 +374,7 @@ def _window(im: _Importer, n: _Node, x: GraphValue) -> dict[str, Any]:
     return kw
 
 
-def _conv(im: _Importer, n: _Node) -> list[Operand]:
+def _conv(im: _Importer, n: OnnxNode) -> list[Operand]:
     x, w = im.value(n, n.inputs[0]), im.value(n, n.inputs[1])
     kw = _window(im, n, x)
     if int(n.attrs.get("group", 1)) != 1:
@@ -398,7 +383,7 @@ def _conv(im: _Importer, n: _Node) -> list[Operand]:
 
 
 def _pool(op: str) -> Handler:
-    def handle(im: _Importer, n: _Node) -> list[Operand]:
+    def handle(im: _Importer, n: OnnxNode) -> list[Operand]:
         if len([o for o in n.outputs if o]) > 1:
             raise im.fail(n, "its Indices output is not supported")
         x = im.value(n, n.inputs[0])
@@ -414,7 +399,7 @@ def _pool(op: str) -> Handler:
     return handle
 
 
-def _batch_norm(im: _Importer, n: _Node) -> list[Operand]:
+def _batch_norm(im: _Importer, n: OnnxNode) -> list[Operand]:
     if len([o for o in n.outputs if o]) > 1 or n.attrs.get("training_mode", 0):
         raise im.fail(n, "inference only (one output, training_mode=0)")
     x, scale, bias, mean, var = (im.value(n, k) for k in n.inputs[:5])
@@ -485,7 +470,7 @@ def from_onnx(model: Any, name: str | None = None) -> Graph:
     graph = model.graph
     g = Graph(name or graph.name or "onnx")
     nodes = [
-        _Node(
+        OnnxNode(
             n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}",
             n.name or f"#{i}",
             tuple(n.input),
@@ -494,20 +479,30 @@ def from_onnx(model: Any, name: str | None = None) -> Graph:
         )
         for i, n in enumerate(graph.node)
     ]
+    known = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    for n in nodes:
+        if n.op_type == "Constant" and "value" in n.attrs:
+            known[n.outputs[0]] = numpy_helper.to_array(n.attrs["value"])
+    nodes = fold_erf_gelu(nodes, known, [o.name for o in graph.output])
     missing: dict[str, list[str]] = {}
     for n in nodes:
         if n.op_type not in HANDLERS:
             missing.setdefault(n.op_type, []).append(n.name)
     if missing:
         shown = "; ".join(f"{op} ({', '.join(map(repr, names))})" for op, names in missing.items())
+        erf = (
+            " Erf is taken only within GELU's x * 0.5 * (1 + erf(x / sqrt(2)))."
+            if "Erf" in missing
+            else ""
+        )
         raise GraphError(
             f"graph {g.name!r}: clforge has no op for {len(missing)} ONNX operator"
             f"{'s' if len(missing) > 1 else ''} of this model: {shown} (the importer takes "
-            f"{', '.join(supported_onnx_ops())})"
+            f"{', '.join(supported_onnx_ops())}).{erf}"
         )
     im = _Importer(g, opset)
     for init in graph.initializer:
-        im.values[init.name] = numpy_helper.to_array(init)
+        im.values[init.name] = known[init.name]
     for inp in graph.input:
         if inp.name in im.values:  # an initializer listed as an input too (older exporters)
             continue
@@ -520,7 +515,7 @@ def from_onnx(model: Any, name: str | None = None) -> Graph:
     for out in graph.output:
         if out.name not in im.values:
             raise GraphError(f"graph {g.name!r}: output {out.name!r} is computed by no node")
-        g.output(im.value(_Node("output", out.name, (), (), {}), out.name))
+        g.output(im.value(OnnxNode("output", out.name, (), (), {}), out.name))
     return g
 
 
