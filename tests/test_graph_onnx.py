@@ -5,13 +5,13 @@ explain-graph` on an .onnx file and on a saved model."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from clforge.errors import GraphError  # noqa: E402
@@ -50,6 +50,7 @@ def make(
 
 def run_both(m: Any, feeds: dict[str, np.ndarray], compiled: Any = None) -> tuple[Any, Any]:
     """(clforge's output, ORT's) for the same feeds."""
+    ort = pytest.importorskip("onnxruntime")
     compiled = compiled or from_onnx(m).compile()
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     return compiled(**feeds), sess.run(None, feeds)[0]
@@ -341,6 +342,12 @@ def test_refusals_name_the_node():
         from_onnx(m)
     with pytest.raises(GraphError, match="not a readable ONNX model"):
         from_onnx(__file__)
+
+
+def test_without_the_onnx_package_the_error_says_how_to_get_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx raises ModuleNotFoundError
+    with pytest.raises(GraphError, match=r"needs the onnx package: pip install 'clforge\[onnx\]'"):
+        from_onnx("model.onnx")
 
 
 def test_the_importer_takes_what_it_says():
