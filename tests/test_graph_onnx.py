@@ -151,11 +151,18 @@ CASES: dict[str, tuple[list[Any], dict[str, tuple[Any, ...]], dict[str, Any], in
         lambda f, i: (f["x"] - i["c"]) * f["x"] / f["p"] + f["p"] ** 2,
     ),
     "unary_chain": (
-        [n("Tanh", ["x"], "a"), n("Sigmoid", ["a"], "b"), n("Exp", ["b"], "c"), n("Neg", ["c"])],
+        [
+            n("Tanh", ["x"], "a"),
+            n("Sigmoid", ["a"], "b"),
+            n("Dropout", ["b"], "bd"),
+            n("Exp", ["bd"], "c"),
+            n("Reciprocal", ["c"], "r"),
+            n("Neg", ["r"]),
+        ],
         {"x": ("S", "D")},
         {},
         18,
-        lambda f, i: -np.exp(1 / (1 + np.exp(-np.tanh(f["x"])))),
+        lambda f, i: -1 / np.exp(1 / (1 + np.exp(-np.tanh(f["x"])))),
     ),
     "transpose_reshape": (
         [

@@ -126,6 +126,20 @@ def _identity(im: _Importer, n: OnnxNode) -> list[Operand]:
     return [im.values[n.inputs[0]]]
 
 
+def _dropout(im: _Importer, n: OnnxNode) -> list[Operand]:
+    """Inference: the input as it is (no mask output, no training mode)."""
+    if len([o for o in n.outputs if o]) > 1:
+        raise im.fail(n, "its mask output is not supported (inference: Y only)")
+    training = len(n.inputs) > 2 and bool(n.inputs[2])
+    if training and bool(im.known(n, n.inputs[2], "training_mode").reshape(-1)[0]):
+        raise im.fail(n, "training_mode is true; graphs run inference")
+    return [im.values[n.inputs[0]]]
+
+
+def _reciprocal(im: _Importer, n: OnnxNode) -> list[Operand]:
+    return [im.g.ops.div(1.0, im.value(n, n.inputs[0]))]
+
+
 def _constant(im: _Importer, n: OnnxNode) -> list[Operand]:
     from onnx import numpy_helper
 
@@ -419,6 +433,7 @@ HANDLERS: dict[str, Handler] = {
     "Cast": _cast,
     "Clip": _clip,
     "Constant": _constant,
+    "Dropout": _dropout,
     "Conv": _conv,
     "Flatten": _flatten,
     "Gelu": _gelu,
@@ -429,6 +444,7 @@ HANDLERS: dict[str, Handler] = {
     "LogSoftmax": _softmax("log_softmax"),
     "MatMul": _matmul,
     "MaxPool": _pool("max_pool2d"),
+    "Reciprocal": _reciprocal,
     "Reshape": _reshape,
     "Softmax": _softmax("softmax"),
     "Squeeze": _squeeze,
