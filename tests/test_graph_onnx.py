@@ -347,6 +347,9 @@ def test_refusals_name_the_node():
     )
     with pytest.raises(GraphError, match="pads both ends of an axis alike"):
         from_onnx(m)
+    m = make([n("MatMul", ["x", "w"])], {"x": ("S", 3)}, {"w": rand(4, 2)})  # K: 3 against 4
+    with pytest.raises(GraphError, match=r"matmul: dim K is 3 .* \(ONNX MatMul node 'matmul_y'\)"):
+        from_onnx(m)
     with pytest.raises(GraphError, match="not a readable ONNX model"):
         from_onnx(__file__)
 

@@ -524,7 +524,12 @@ def from_onnx(model: Any, name: str | None = None) -> Graph:
             continue
         im.values[inp.name] = g.input(inp.name, _tensor_type(g, inp))
     for n in nodes:
-        outs = HANDLERS[n.op_type](im, n)
+        try:
+            outs = HANDLERS[n.op_type](im, n)
+        except GraphError as exc:  # a capture error in the graph's words: say which node
+            if n.where in str(exc):
+                raise
+            raise GraphError(f"{exc} (ONNX {n.where})") from None
         for key, out in zip(n.outputs, outs, strict=False):
             if key:
                 im.values[key] = out
