@@ -19,7 +19,7 @@ turned back (:func:`intake`, called once per eager call).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -185,17 +185,7 @@ def intake(
     run_on = own or queue
     if not foreign:
         return Intake(tuple(inputs), own, out, lambda result: result)
-    names = _names(sig, len(inputs))
-    taken = []
-    first = None
-    for name, a in zip(names, inputs, strict=True):
-        if not is_foreign(a):
-            taken.append(a)
-            continue
-        first = a if first is None else first
-        host = host_view(sig.name, name, a)
-        device = in_place(run_on, host)
-        taken.append(host if device is None else device)
+    taken, first = _taken(sig.name, _names(sig, len(inputs)), inputs, run_on)
     out_view = out
     if is_foreign(out):
         if _torch_of(out) is not None and out.device.type != "cpu":
@@ -204,16 +194,56 @@ def intake(
                 "pass a CPU tensor"
             )
         out_view = host_view(sig.name, "out", out)
+    back = _back(first)
+    return Intake(tuple(taken), own, out_view, back if out is None else lambda _: out)
+
+
+def _taken(
+    op: str, names: Sequence[str], values: Sequence[Any], queue: cl.CommandQueue
+) -> tuple[list[Any], Any]:
+    """`values` with each foreign one replaced (a device array over its memory where
+    :func:`in_place` can make one, else its NumPy view), and the first foreign one."""
+    taken = []
+    first = None
+    for name, a in zip(names, values, strict=True):
+        if not is_foreign(a):
+            taken.append(a)
+            continue
+        first = a if first is None else first
+        host = host_view(op, name, a)
+        device = in_place(queue, host)
+        taken.append(host if device is None else device)
+    return taken, first
+
+
+def _back(first: Any) -> Callable[[Any], Any]:
+    """How a call's result (one array or a tuple) becomes the type of `first`, the call's first
+    foreign input (NumPy when None)."""
     make = _maker(first) if first is not None else (lambda h: h)
 
     def back(result: Any) -> Any:
-        if out is not None:
-            return out
         if isinstance(result, tuple):
             return tuple(make(_host(r)) for r in result)
         return make(_host(result))
 
-    return Intake(tuple(taken), own, out_view, back)
+    return back
+
+
+def intake_graph(
+    graph: str, args: Sequence[Any], kwargs: Mapping[str, Any], queue: cl.CommandQueue
+) -> tuple[tuple[Any, ...], dict[str, Any], Callable[[Any], Any]] | None:
+    """A compiled graph's call (`Model.__call__`) with its foreign inputs taken as
+    :func:`intake` takes an eager call's, and how to give its results back; None when it has
+    none."""
+    if not any(is_foreign(a) for a in (*args, *kwargs.values())):
+        return None
+    names = [f"input {i}" for i in range(len(args))] + [f"input {k!r}" for k in kwargs]
+    taken, first = _taken(f"graph {graph!r}", names, (*args, *kwargs.values()), queue)
+    return (
+        tuple(taken[: len(args)]),
+        dict(zip(kwargs, taken[len(args) :], strict=True)),
+        _back(first),
+    )
 
 
 def _host(r: Any) -> np.ndarray:
