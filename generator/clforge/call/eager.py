@@ -172,7 +172,7 @@ def call_op(
     dtypes, shapes, strides and offsets, and the attributes and options): a warm call skips the
     calling convention's views and binds the caller's buffers directly."""
     d = dispatcher(queue)
-    taken = intake(d.registry.op(op), inputs, d.runtime.queue, queue is None, out)
+    taken = intake(d.registry, op, inputs, d.runtime, queue is None, out)
     if taken is not None:
         queue = taken.queue or queue
         return taken.back(call_op(op, taken.inputs, attrs, options, queue, taken.out))

@@ -145,7 +145,7 @@ class Model:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # PyTorch tensors and DLPack producers: in without a copy where the device allows, the
         # results back as their type (clforge.interop.intake)
-        taken = intake_graph(self.name, args, kwargs, self.dispatcher.runtime.queue)
+        taken = intake_graph(self.name, args, kwargs, self.dispatcher.runtime)
         if taken is not None:
             return taken[2](self(*taken[0], **taken[1]))
         with self._lock:

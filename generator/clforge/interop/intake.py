@@ -32,7 +32,9 @@ from clforge.conventions import CONVENTIONS
 from clforge.core.dtypes import dtype_of_numpy
 from clforge.errors import CallError
 from clforge.interop.queues import queue_of
+from clforge.registry.loader import Registry
 from clforge.registry.records import OpSig
+from clforge.runtime.launch import Runtime
 from clforge.runtime.transfer import to_host
 
 _DLPACK_HOST = (1, 3)  # kDLCPU, kDLCUDAHost: memory the CPU reads directly
@@ -50,9 +52,12 @@ class Intake:
     back: Callable[[Any], Any]
 
 
+_OWN = (np.ndarray, np.generic, cla.Array, float, int)
+
+
 def is_foreign(a: Any) -> bool:
     """A DLPack producer (a PyTorch tensor, ...) that is neither NumPy nor pyopencl."""
-    return not isinstance(a, np.ndarray | np.generic | cla.Array) and hasattr(a, "__dlpack__")
+    return not isinstance(a, _OWN) and hasattr(a, "__dlpack__")
 
 
 def _torch_of(a: Any) -> Any:
@@ -146,11 +151,9 @@ def _names(sig: OpSig, n: int) -> list[str]:
     return [f"input {t.name!r}" for t in sig.inputs][:n] + ["input"] * max(0, n - len(sig.inputs))
 
 
-def _arrays_queue(
-    sig: OpSig, inputs: Sequence[Any], queue: cl.CommandQueue
-) -> cl.CommandQueue | None:
-    """The queue of the call's device arrays when they are of another context than `queue`'s
-    (None when they are of its context); arrays of two contexts are refused."""
+def _arrays_queue(sig: OpSig, inputs: Sequence[Any], context: cl.Context) -> cl.CommandQueue | None:
+    """The queue of the call's device arrays when they are of another context than `context`
+    (None when they are of it); arrays of two contexts are refused."""
     on_device = [(i, a) for i, a in enumerate(inputs) if isinstance(a, cla.Array)]
     i0, first = on_device[0]
     names = _names(sig, len(inputs))
@@ -160,29 +163,35 @@ def _arrays_queue(
                 f"{sig.name}: {names[i]} (shape {a.shape}) lives in another OpenCL context than "
                 f"{names[i0]} (shape {first.shape}); copy one to the other's context first"
             )
-    if first.context == queue.context:
+    if first.context == context:
         return None
     return first.queue if first.queue is not None else queue_of(first.context)  # type: ignore[arg-type]
 
 
 def intake(
-    sig: OpSig, inputs: Sequence[Any], queue: cl.CommandQueue, free: bool, out: Any = None
+    reg: Registry,
+    op: str,
+    inputs: Sequence[Any],
+    rt: Runtime,
+    free: bool,
+    out: Any = None,
 ) -> Intake | None:
-    """What an eager call of `sig` on `inputs` (run on `queue` unless `free`, the call having
-    no `queue=`, lets the device arrays' own queue decide) takes in their place; None when the
-    inputs are NumPy, pyopencl arrays of `queue`'s context and numbers (the common case,
-    checked first), and `out` is not a tensor."""
-    foreign = is_foreign(out)
+    """What an eager call of `op` on `inputs` (run on `rt`'s queue unless `free`, the call
+    having no `queue=`, lets the device arrays' own queue decide) takes in their place; None
+    when the inputs are NumPy, pyopencl arrays of `rt`'s context and numbers (the common case,
+    checked first, in one pass over the inputs), and `out` is not a tensor."""
+    foreign = out is not None and is_foreign(out)
     other = False
     for a in inputs:
         if isinstance(a, cla.Array):
-            other = other or (free and a.context != queue.context)
-        elif is_foreign(a):
+            other = other or (free and a.context != rt.context)
+        elif a is not None and is_foreign(a):
             foreign = True
     if not foreign and not other:
         return None
-    own = _arrays_queue(sig, inputs, queue) if other else None
-    run_on = own or queue
+    sig = reg.op(op)
+    own = _arrays_queue(sig, inputs, rt.context) if other else None
+    run_on = own or rt.queue
     if not foreign:
         return Intake(tuple(inputs), own, out, lambda result: result)
     taken, first = _taken(sig.name, _names(sig, len(inputs)), inputs, run_on)
@@ -230,7 +239,7 @@ def _back(first: Any) -> Callable[[Any], Any]:
 
 
 def intake_graph(
-    graph: str, args: Sequence[Any], kwargs: Mapping[str, Any], queue: cl.CommandQueue
+    graph: str, args: Sequence[Any], kwargs: Mapping[str, Any], rt: Runtime
 ) -> tuple[tuple[Any, ...], dict[str, Any], Callable[[Any], Any]] | None:
     """A compiled graph's call (`Model.__call__`) with its foreign inputs taken as
     :func:`intake` takes an eager call's, and how to give its results back; None when it has
@@ -238,7 +247,7 @@ def intake_graph(
     if not any(is_foreign(a) for a in (*args, *kwargs.values())):
         return None
     names = [f"input {i}" for i in range(len(args))] + [f"input {k!r}" for k in kwargs]
-    taken, first = _taken(f"graph {graph!r}", names, (*args, *kwargs.values()), queue)
+    taken, first = _taken(f"graph {graph!r}", names, (*args, *kwargs.values()), rt.queue)
     return (
         tuple(taken[: len(args)]),
         dict(zip(kwargs, taken[len(args) :], strict=True)),
