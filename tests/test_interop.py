@@ -67,6 +67,31 @@ def test_dlpack_producers_in_numpy_out(n: int) -> None:
     np.testing.assert_allclose(ops.add(Producer(a), 2.5), a + 2.5, rtol=1e-6)
 
 
+class Wrapped:
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+
+
+class Namespace:
+    """An array namespace (the array API's `x.__array_namespace__()`), here a wrapper's."""
+
+    @staticmethod
+    def from_dlpack(x: Any) -> Wrapped:
+        return Wrapped(np.from_dlpack(x))
+
+
+class NamespacedProducer(Producer):
+    def __array_namespace__(self) -> type[Namespace]:
+        return Namespace
+
+
+def test_results_come_back_through_the_producers_namespace() -> None:
+    a = rand(2, 9)
+    got = ops.tanh(NamespacedProducer(a))
+    assert isinstance(got, Wrapped)
+    np.testing.assert_allclose(got.arr, np.tanh(a), rtol=1e-6)
+
+
 def test_a_producer_off_the_host_is_refused() -> None:
     with pytest.raises(CallError, match=r"relu: input 'x' \(GpuProducer\) lives in DLPack device"):
         ops.relu(GpuProducer(rand(4)))

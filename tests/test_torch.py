@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import pyopencl as cl
 import pytest
 
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import clforge.torch as clforge_torch  # noqa: E402 (after the skip)
-from clforge import Graph, TensorType, ops  # noqa: E402
+from clforge import Graph, TensorType, dispatcher, ops  # noqa: E402
 from clforge.errors import CallError  # noqa: E402
-from clforge.interop.intake import host_view  # noqa: E402
+from clforge.interop.intake import host_view, in_place  # noqa: E402
 
 gen = torch.Generator().manual_seed(34)
 
@@ -48,8 +50,18 @@ def test_a_cpu_tensor_is_viewed_not_copied() -> None:
     x = rand(4, 33)
     view = host_view("relu", "input 'x'", x)
     assert view.ctypes.data == x.data_ptr()
-    # a tensor aligned as the device wants enters as a device array over that memory
-    # (tests/test_interop.py checks in_place itself)
+    if not dispatcher().runtime.device.type & cl.device_type.CPU:
+        return
+    # a tensor aligned as the device wants enters as a device array over that memory (PyTorch
+    # aligns to 64 bytes, PoCL asks for 128: this one is placed so)
+    base = torch.empty(4 * 33 + 32)
+    start = (-base.data_ptr() % 128) // 4
+    t = base[start : start + 4 * 33].view(4, 33)
+    t.copy_(x)
+    dev = in_place(dispatcher().runtime.queue, host_view("relu", "input 'x'", t))
+    assert dev is not None
+    assert dev.base_data.get_host_array(t.numel(), np.float32).ctypes.data == t.data_ptr()
+    torch.testing.assert_close(ops.relu(t), torch.relu(x))
 
 
 def test_empty_and_integer_and_boolean_tensors() -> None:
