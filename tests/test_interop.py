@@ -283,6 +283,16 @@ def test_result_types_of_variadic_and_promoted_calls() -> None:
     assert result_types(add, mixed, {}, {}) == (((3,), np.dtype(np.float64)),)
 
 
+def test_a_compiled_op_takes_dlpack_producers() -> None:
+    add = dispatcher().compile(
+        "add", {"a": TensorType("f32", (1, 1, 1, "N")), "b": TensorType("f32", (1, 1, 1, "N"))}
+    )
+    a, b = rand(1, 1, 1, 23), rand(1, 1, 1, 23)
+    got = add(Producer(a), b=Producer(b))
+    assert isinstance(got, np.ndarray)
+    np.testing.assert_allclose(got, a + b, rtol=1e-6)
+
+
 def test_a_compiled_graph_takes_dlpack_producers() -> None:
     g = Graph("interop")
     x = g.input("x", TensorType("f32", ("N",)))

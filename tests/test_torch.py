@@ -126,6 +126,15 @@ def test_a_compiled_graph_takes_and_returns_tensors() -> None:
         torch.testing.assert_close(got, torch.softmax(t, -1))
 
 
+def test_a_compiled_op_takes_and_returns_tensors() -> None:
+    softmax = dispatcher().compile("softmax", {"x": TensorType("f32", ("B", "R", 1))})
+    for b in (1, 5):
+        t = rand(b, 7, 1)
+        got = softmax(t)
+        assert isinstance(got, torch.Tensor)
+        torch.testing.assert_close(got, torch.softmax(t, 1))
+
+
 def test_register_defines_every_op_once(clf: object) -> None:
     assert clforge_torch.register() == []  # again: nothing twice
     for op in ("add", "gelu", "max_pool2d", "conv2d", "concat", "attention", "sum"):

@@ -238,16 +238,16 @@ def _back(first: Any) -> Callable[[Any], Any]:
     return back
 
 
-def intake_graph(
-    graph: str, args: Sequence[Any], kwargs: Mapping[str, Any], rt: Runtime
+def intake_args(
+    where: str, args: Sequence[Any], kwargs: Mapping[str, Any], rt: Runtime
 ) -> tuple[tuple[Any, ...], dict[str, Any], Callable[[Any], Any]] | None:
-    """A compiled graph's call (`Model.__call__`) with its foreign inputs taken as
-    :func:`intake` takes an eager call's, and how to give its results back; None when it has
-    none."""
+    """A compiled call's arguments (a graph's `Model.__call__`, a compiled op's; `where` names
+    it) with its foreign inputs taken as :func:`intake` takes an eager call's, and how to give
+    its results back; None when it has none."""
     if not any(is_foreign(a) for a in (*args, *kwargs.values())):
         return None
     names = [f"input {i}" for i in range(len(args))] + [f"input {k!r}" for k in kwargs]
-    taken, first = _taken(f"graph {graph!r}", names, (*args, *kwargs.values()), rt.queue)
+    taken, first = _taken(where, names, (*args, *kwargs.values()), rt.queue)
     return (
         tuple(taken[: len(args)]),
         dict(zip(kwargs, taken[len(args) :], strict=True)),
