@@ -14,7 +14,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 import pytest
 
-from clforge import Graph, TensorType, dispatcher, ops
+from clforge import Graph, TensorType, dispatcher, explain, ops
 from clforge.call.results import probe_array, result_types
 from clforge.errors import CallError
 from clforge.interop.intake import in_place
@@ -132,6 +132,13 @@ def test_device_arrays_of_the_users_context_run_on_their_queue() -> None:
     np.testing.assert_allclose(ops.sum(xa, axis=(0, 2)).get(), x.sum(axis=(0, 2)), rtol=1e-5)
     # an array made without a queue gets one of its context
     np.testing.assert_allclose(ops.relu(xa.with_queue(None)).get(), np.maximum(x, 0))
+
+
+def test_explain_follows_the_arrays_as_the_call_does() -> None:
+    q = _own_queue()
+    xa = cla.to_device(q, rand(3, 5))
+    assert explain("relu", xa).instance == explain("relu", rand(3, 5)).instance
+    assert explain("gelu", Producer(rand(4)), approximate="tanh").instance is not None
 
 
 def test_device_arrays_of_two_contexts_are_refused() -> None:
