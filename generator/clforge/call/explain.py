@@ -16,6 +16,7 @@ import pyopencl as cl
 from clforge.call.binding import bind, call_types
 from clforge.call.eager import prepare
 from clforge.call.selection import Selection
+from clforge.interop.intake import intake
 from clforge.params.lookup import Choice, not_borrowed
 
 
@@ -59,7 +60,11 @@ def explain(
     keyword arguments are the eager function's (attributes and calling-convention options)."""
     from clforge.call.dispatcher import dispatcher
 
-    sig = dispatcher(queue).registry.op(op)
+    d0 = dispatcher(queue)
+    taken = intake(d0.registry, op, inputs, d0.runtime, queue is None)  # as the call takes them
+    if taken is not None:
+        inputs, queue = taken.inputs, taken.queue or queue
+    sig = d0.registry.op(op)
     attr_names = {a.name for a in sig.attrs}
     attrs = {k: v for k, v in kwargs.items() if k in attr_names}
     options = {k: v for k, v in kwargs.items() if k not in attr_names}

@@ -36,6 +36,7 @@ from clforge.graph.schedule import Step
 from clforge.graph.select import layouts_of
 from clforge.graph.serial import save
 from clforge.graph.shapes import probe_array
+from clforge.interop.intake import intake_args
 from clforge.registry.loader import guard_holds
 from clforge.runtime.launch import LaunchPlan
 from clforge.runtime.transfer import to_host, upload
@@ -142,6 +143,11 @@ class Model:
         return given
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # PyTorch tensors and DLPack producers: in without a copy where the device allows, the
+        # results back as their type (clforge.interop.intake)
+        taken = intake_args(f"graph {self.name!r}", args, kwargs, self.dispatcher.runtime)
+        if taken is not None:
+            return taken[2](self(*taken[0], **taken[1]))
         with self._lock:
             return self._call(args, kwargs)
 

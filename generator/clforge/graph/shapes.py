@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from clforge.call.binding import bind
+from clforge.call.binding import bind, named_attrs
+from clforge.call.results import probe_array
 from clforge.conventions import CONVENTIONS
-from clforge.core.dtypes import DTYPES
 from clforge.errors import CallError, GraphError
 from clforge.graph.dims import Dim, shape_str
 from clforge.graph.records import Value
@@ -136,12 +135,6 @@ class Probes:
             return m.group(0) if d.is_int else str(d)
 
         return re.sub(r"\b\d{3,}\b", sub, text)
-
-
-def probe_array(shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """A read-only array of `shape` with all strides 0: sizes without memory."""
-    base = np.zeros(1, DTYPES[dtype].np_dtype)
-    return as_strided(base, shape, (0,) * len(shape), writeable=False)
 
 
 def infer(
@@ -292,7 +285,7 @@ def _run(
     }
     conv = CONVENTIONS[sig.call]
     canon = conv.canonical(sig, {t.name: fakes.get(t.name) for t in sig.inputs}, options)
-    merged = {**canon.attrs, **dict(attrs)}
+    merged = named_attrs(sig, {**canon.attrs, **dict(attrs)})
     return canon, merged, bind(sig, canon.inputs, merged)
 
 
