@@ -41,8 +41,26 @@ def check_names(
         raise CallError(f"{op.name}: {'; '.join(parts)} (expects {', '.join(names)})")
 
 
+def named_attrs(op: OpSig, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """`attrs` with every value given by name (gelu's approximate='tanh', as PyTorch spells it)
+    replaced by its number; a name the attribute does not have is a CallError listing those it
+    has."""
+    out = dict(attrs)
+    for a in op.attrs:
+        value = out.get(a.name)
+        if a.names and isinstance(value, str):
+            names = dict(a.names)
+            if value not in names:
+                shown = ", ".join(f"{n!r} ({v})" for n, v in a.names)
+                raise CallError(f"{op.name}: {a.name} must be one of {shown}, got {value!r}")
+            out[a.name] = names[value]
+    return out
+
+
 def resolve_attrs(op: OpSig, attrs: Mapping[str, float | int]) -> dict[str, float | int]:
-    """Every attribute's value: given, else its default; unknown or missing ones are errors."""
+    """Every attribute's value: given (by number, or by name where the spec names its values),
+    else its default; unknown or missing ones are errors."""
+    attrs = named_attrs(op, attrs)
     defaults = {a.name: a for a in op.attrs}
     unknown = sorted(set(attrs) - set(defaults))
     if unknown:

@@ -23,6 +23,8 @@ from clforge.conventions import CONVENTIONS
 from clforge.conventions.base import Then
 from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.errors import CallError, ClforgeError
+from clforge.interop.intake import intake
+from clforge.interop.out import check_out, write_out
 from clforge.registry.records import OpSig
 from clforge.runtime.launch import LaunchPlan, OutputSpec, Runtime
 from clforge.runtime.transfer import to_host, upload
@@ -159,14 +161,25 @@ def call_op(
     attrs: Mapping[str, Any],
     options: Mapping[str, Any] | None = None,
     queue: cl.CommandQueue | None = None,
+    out: Any = None,
 ) -> Any:
     """What every generated eager function calls: positional inputs in the spec's order,
-    attributes, and the options of the op's calling convention.
+    attributes, and the options of the op's calling convention; `out`, NumPy's, where the
+    function takes it.
 
-    Calls on device arrays are memoized as a :class:`Recipe` (keyed by the arrays' dtypes,
-    shapes, strides and offsets, and the attributes and options): a warm call skips the calling
-    convention's views and binds the caller's buffers directly."""
+    Tensors and DLPack producers, and device arrays of another context (run on their queue),
+    are taken by :func:`clforge.interop.intake.intake`, which gives the result back as the
+    caller's type. Calls on device arrays are memoized as a :class:`Recipe` (keyed by the arrays'
+    dtypes, shapes, strides and offsets, and the attributes and options): a warm call skips the
+    calling convention's views and binds the caller's buffers directly."""
     d = dispatcher(queue)
+    taken = intake(d.registry, op, inputs, d.runtime, queue is None, out)
+    if taken is not None:
+        queue = taken.queue or queue
+        return taken.back(call_op(op, taken.inputs, attrs, options, queue, taken.out))
+    if out is not None:
+        check_out(op, out)
+        return write_out(op, call_op(op, inputs, attrs, options, queue), out)
     if views.pending(inputs):  # device arrays with an offset or strides: see views.py
         inputs = take_views(d, op, inputs).arrays
     key = _recipe_key(op, inputs, attrs, options)

@@ -16,6 +16,7 @@ import pyopencl as cl
 from clforge.call.binding import bind, call_types
 from clforge.call.eager import prepare, take_views
 from clforge.call.selection import Selection
+from clforge.interop.intake import intake
 from clforge.params.lookup import Choice, not_borrowed
 
 
@@ -63,12 +64,16 @@ def explain(
     keyword arguments are the eager function's (attributes and calling-convention options)."""
     from clforge.call.dispatcher import dispatcher
 
-    sig = dispatcher(queue).registry.op(op)
+    d0 = dispatcher(queue)
+    taken = intake(d0.registry, op, inputs, d0.runtime, queue is None)  # as the call takes them
+    if taken is not None:
+        inputs, queue = taken.inputs, taken.queue or queue
+    sig = d0.registry.op(op)
     attr_names = {a.name for a in sig.attrs}
     attrs = {k: v for k, v in kwargs.items() if k in attr_names}
     options = {k: v for k, v in kwargs.items() if k not in attr_names}
-    taken = take_views(dispatcher(queue), op, inputs, copy=False)  # describes, copies nothing
-    c = prepare(op, taken.arrays, attrs, options, queue)
+    seen = take_views(dispatcher(queue), op, inputs, copy=False)  # describes, copies nothing
+    c = prepare(op, seen.arrays, attrs, options, queue)
     d = c.dispatcher
     dtype, layouts = call_types(c.op, c.inputs)
     b = bind(c.op, c.inputs, c.attrs)
@@ -76,4 +81,4 @@ def explain(
     sel = d.select(op, dtype, layouts, b.env)
     chosen = sel.chosen.instance if sel.chosen is not None else None
     params = d.params_for(d.registry.instance(chosen), b.env) if chosen else None
-    return Explanation(sel, params, d.lookup.passed, d.lookup.device.isa_text, taken.notes)
+    return Explanation(sel, params, d.lookup.passed, d.lookup.device.isa_text, seen.notes)

@@ -15,6 +15,7 @@ from clforge.errors import GraphError
 from clforge.graph.artifact import Model
 from clforge.graph.capture import Graph, GraphValue, supported_ops
 from clforge.graph.dims import Dim
+from clforge.graph.onnx_import import from_onnx
 from clforge.graph.serial import load_plan
 
 
@@ -33,4 +34,4 @@ def load(path: Any, queue: Any = None) -> Model:
     return model
 
 
-__all__ = ["Dim", "Graph", "GraphValue", "Model", "load", "supported_ops"]
+__all__ = ["Dim", "Graph", "GraphValue", "Model", "from_onnx", "load", "supported_ops"]

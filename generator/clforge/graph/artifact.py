@@ -42,6 +42,7 @@ from clforge.graph.select import layouts_of
 from clforge.graph.serial import save
 from clforge.graph.shapes import probe_array
 from clforge.graph.strides import Strided, strided_views
+from clforge.interop.intake import intake_args
 from clforge.registry.loader import guard_holds
 from clforge.runtime.launch import LaunchPlan, Ready, ReadyLaunch, Runtime, ready, run_ready
 from clforge.runtime.transfer import to_host, upload
@@ -179,6 +180,11 @@ class Model:
         return types
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # PyTorch tensors and DLPack producers: in without a copy where the device allows, the
+        # results back as their type (clforge.interop.intake)
+        taken = intake_args(f"graph {self.name!r}", args, kwargs, self.runtime)
+        if taken is not None:
+            return taken[2](self(*taken[0], **taken[1]))
         with self._lock:
             return self._call(args, kwargs)
 

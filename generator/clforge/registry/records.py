@@ -29,6 +29,8 @@ class AttrSig:
     name: str
     type: Literal["int", "float"]
     default: int | float | None = None
+    # an int attribute's values by name, as PyTorch spells them (gelu: none 0, tanh 1)
+    names: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

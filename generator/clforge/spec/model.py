@@ -97,6 +97,19 @@ class AttrSpec(_Model):
         None, description="value used when a call does not pass it; none: the call must"
     )
     doc: StrictStr = Field("", description="what the attribute means")
+    names: dict[StrictStr, StrictInt] = Field(
+        default_factory=dict,
+        description=(
+            "an int attribute's values by name, as PyTorch spells them (gelu's approximate: "
+            "{none: 0, tanh: 1}); an eager call may pass the name instead of the number"
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _names_of_ints(self) -> AttrSpec:
+        if self.names and self.type != "int":
+            raise ValueError("names: only an int attribute has named values")
+        return self
 
 
 class CheckSpec(_Model):

@@ -676,10 +676,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = add("demo", help="run every op on the default device, checked against NumPy")
     d.set_defaults(func=cmd_demo)
 
-    from clforge.tools import tune_cmd, verify_cmd
+    from clforge.tools import graph_cmd, tune_cmd, verify_cmd
 
     tune_cmd.add_parser(sub, _tree, parents=[common])
     verify_cmd.add_parser(sub, _tree, parents=[common])
+    graph_cmd.add_parser(sub, _tree, parents=[common])
     return parser
 
 
