@@ -5884,12 +5884,23 @@ INSTANCES: dict[str, Instance] = {
         sha256='ad057f23aeea4170282845acca3972e2876d3a9b032d580b44ead404019c6672',
         templates_sha='e7bed6221c167959e10e6243ff16d0656f1cb6d75f2251a017bf5854552bcb3c',
         tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
-        device_params=(('NR', '2 * vector_width_double'), ('VW', 'vector_width_double')),
+        device_params=(
+            (
+                'MR',
+                'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('OV', 'min(4, NR / VW)'),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
-            'MR * OV + OV <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            '(MR + 1) * OV * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -6418,12 +6429,23 @@ INSTANCES: dict[str, Instance] = {
         sha256='7f46b7e439929533c822d0958711a03bac789136dd855be7218a8064c6245d49',
         templates_sha='e7bed6221c167959e10e6243ff16d0656f1cb6d75f2251a017bf5854552bcb3c',
         tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
-        device_params=(('NR', '4 * vector_width_float'), ('VW', 'vector_width_float')),
+        device_params=(
+            (
+                'MR',
+                'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('OV', 'min(4, NR / VW)'),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
-            'MR * OV + OV <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            '(MR + 1) * OV * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -17593,8 +17615,11 @@ INSTANCES: dict[str, Instance] = {
         sha256='fbce22cee41a9e3891087b0d5d47fb98dab2ecd0d647bd5aa61dcb9203c33e43',
         templates_sha='7b1ff3fa7e9f18142e1664bf7e9209a785150fbbc122ea6f7d810379751a9e19',
         tunables=(('KB', (1, 2, 4)), ('NB', (1, 2, 4)), ('TH', (1, 2, 4, 8)), ('VW', (4, 8, 16))),
-        device_params=(),
-        constraints=('VW == 4 or VW == 8 or VW == 16', 'KB * NB * TH <= 16'),
+        device_params=(('VW', 'max(4, min(8, vector_bits / dtype_bits))'),),
+        constraints=(
+            'VW == 4 or VW == 8 or VW == 16',
+            'KB * NB * TH * cdiv(VW * dtype_bits, vector_bits) <= vector_registers / 2',
+        ),
         build_options='',
         steps=(),
         scratch=(),
@@ -17793,8 +17818,11 @@ INSTANCES: dict[str, Instance] = {
         sha256='6213563c837ed86a789e82351a94c47323456605aac3d4b657629ab463e29cac',
         templates_sha='7b1ff3fa7e9f18142e1664bf7e9209a785150fbbc122ea6f7d810379751a9e19',
         tunables=(('KB', (1, 2, 4)), ('NB', (1, 2, 4)), ('TH', (1, 2, 4, 8)), ('VW', (4, 8, 16))),
-        device_params=(),
-        constraints=('VW == 4 or VW == 8 or VW == 16', 'KB * NB * TH <= 16'),
+        device_params=(('VW', 'max(4, min(8, vector_bits / dtype_bits))'),),
+        constraints=(
+            'VW == 4 or VW == 8 or VW == 16',
+            'KB * NB * TH * cdiv(VW * dtype_bits, vector_bits) <= vector_registers / 2',
+        ),
         build_options='',
         steps=(),
         scratch=(),
@@ -18000,15 +18028,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -18742,15 +18773,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -19484,15 +19518,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -20226,15 +20263,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -20968,15 +21008,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -21541,15 +21584,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -22114,15 +22160,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -22687,15 +22736,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -23260,15 +23312,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -23833,15 +23888,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -24406,15 +24464,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -24979,15 +25040,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -25548,15 +25612,18 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -34578,11 +34645,17 @@ INSTANCES: dict[str, Instance] = {
             ('VW', (8, 16)),
         ),
         device_params=(
-            ('TM', '4 * min(16, max(8, vector_width_float)) / 8'),
-            ('TN', '2 * min(16, max(8, vector_width))'),
+            (
+                'TM',
+                'max(1, min(4 * min(16, max(8, vector_width_float)) / 8, (vector_registers - 2) / (2 * cdiv(VW * dtype_bits, vector_bits)) - 1))',
+            ),
+            ('TN', '2 * VW'),
             ('VW', 'min(16, max(8, vector_width))'),
         ),
-        constraints=('TN % VW == 0', 'TM * (TN / VW) + TN / VW <= 30'),
+        constraints=(
+            'TN % VW == 0',
+            '(TM + 1) * (TN / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+        ),
         build_options='',
         steps=(),
         scratch=(),
@@ -34707,11 +34780,17 @@ INSTANCES: dict[str, Instance] = {
             ('VW', (8, 16)),
         ),
         device_params=(
-            ('TM', '4 * min(16, max(8, vector_width_float)) / 8'),
-            ('TN', '2 * min(16, max(8, vector_width))'),
+            (
+                'TM',
+                'max(1, min(4 * min(16, max(8, vector_width_float)) / 8, (vector_registers - 2) / (2 * cdiv(VW * dtype_bits, vector_bits)) - 1))',
+            ),
+            ('TN', '2 * VW'),
             ('VW', 'min(16, max(8, vector_width))'),
         ),
-        constraints=('TN % VW == 0', 'TM * (TN / VW) + TN / VW <= 30'),
+        constraints=(
+            'TN % VW == 0',
+            '(TM + 1) * (TN / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+        ),
         build_options='',
         steps=(),
         scratch=(),
@@ -34836,11 +34915,17 @@ INSTANCES: dict[str, Instance] = {
             ('VW', (8, 16)),
         ),
         device_params=(
-            ('TM', '4 * min(16, max(8, vector_width_float)) / 8'),
-            ('TN', '2 * min(16, max(8, vector_width))'),
+            (
+                'TM',
+                'max(1, min(4 * min(16, max(8, vector_width_float)) / 8, (vector_registers - 2) / (2 * cdiv(VW * dtype_bits, vector_bits)) - 1))',
+            ),
+            ('TN', '2 * VW'),
             ('VW', 'min(16, max(8, vector_width))'),
         ),
-        constraints=('TN % VW == 0', 'TM * (TN / VW) + TN / VW <= 30'),
+        constraints=(
+            'TN % VW == 0',
+            '(TM + 1) * (TN / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+        ),
         build_options='',
         steps=(),
         scratch=(),
@@ -34965,11 +35050,17 @@ INSTANCES: dict[str, Instance] = {
             ('VW', (8, 16)),
         ),
         device_params=(
-            ('TM', '4 * min(16, max(8, vector_width_float)) / 8'),
-            ('TN', '2 * min(16, max(8, vector_width))'),
+            (
+                'TM',
+                'max(1, min(4 * min(16, max(8, vector_width_float)) / 8, (vector_registers - 2) / (2 * cdiv(VW * dtype_bits, vector_bits)) - 1))',
+            ),
+            ('TN', '2 * VW'),
             ('VW', 'min(16, max(8, vector_width))'),
         ),
-        constraints=('TN % VW == 0', 'TM * (TN / VW) + TN / VW <= 30'),
+        constraints=(
+            'TN % VW == 0',
+            '(TM + 1) * (TN / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+        ),
         build_options='',
         steps=(),
         scratch=(),
@@ -35090,16 +35181,23 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -35469,16 +35567,23 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -35848,16 +35953,23 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -36227,16 +36339,23 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -36611,16 +36730,23 @@ INSTANCES: dict[str, Instance] = {
         ),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -36995,16 +37121,23 @@ INSTANCES: dict[str, Instance] = {
         ),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -37379,16 +37512,23 @@ INSTANCES: dict[str, Instance] = {
         ),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -37763,16 +37903,23 @@ INSTANCES: dict[str, Instance] = {
         ),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -44178,11 +44325,17 @@ INSTANCES: dict[str, Instance] = {
             ('VW', (8, 16)),
         ),
         device_params=(
-            ('TM', '4 * min(16, max(8, vector_width_float)) / 8'),
-            ('TN', '2 * min(16, max(8, vector_width))'),
+            (
+                'TM',
+                'max(1, min(4 * min(16, max(8, vector_width_float)) / 8, (vector_registers - 2) / (2 * cdiv(VW * dtype_bits, vector_bits)) - 1))',
+            ),
+            ('TN', '2 * VW'),
             ('VW', 'min(16, max(8, vector_width))'),
         ),
-        constraints=('TN % VW == 0', 'TM * (TN / VW) + TN / VW <= 30'),
+        constraints=(
+            'TN % VW == 0',
+            '(TM + 1) * (TN / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+        ),
         build_options='',
         steps=(),
         scratch=(),
@@ -44291,11 +44444,17 @@ INSTANCES: dict[str, Instance] = {
             ('VW', (8, 16)),
         ),
         device_params=(
-            ('TM', '4 * min(16, max(8, vector_width_float)) / 8'),
-            ('TN', '2 * min(16, max(8, vector_width))'),
+            (
+                'TM',
+                'max(1, min(4 * min(16, max(8, vector_width_float)) / 8, (vector_registers - 2) / (2 * cdiv(VW * dtype_bits, vector_bits)) - 1))',
+            ),
+            ('TN', '2 * VW'),
             ('VW', 'min(16, max(8, vector_width))'),
         ),
-        constraints=('TN % VW == 0', 'TM * (TN / VW) + TN / VW <= 30'),
+        constraints=(
+            'TN % VW == 0',
+            '(TM + 1) * (TN / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+        ),
         build_options='',
         steps=(),
         scratch=(),
@@ -44404,11 +44563,17 @@ INSTANCES: dict[str, Instance] = {
             ('VW', (8, 16)),
         ),
         device_params=(
-            ('TM', '4 * min(16, max(8, vector_width_float)) / 8'),
-            ('TN', '2 * min(16, max(8, vector_width))'),
+            (
+                'TM',
+                'max(1, min(4 * min(16, max(8, vector_width_float)) / 8, (vector_registers - 2) / (2 * cdiv(VW * dtype_bits, vector_bits)) - 1))',
+            ),
+            ('TN', '2 * VW'),
             ('VW', 'min(16, max(8, vector_width))'),
         ),
-        constraints=('TN % VW == 0', 'TM * (TN / VW) + TN / VW <= 30'),
+        constraints=(
+            'TN % VW == 0',
+            '(TM + 1) * (TN / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+        ),
         build_options='',
         steps=(),
         scratch=(),
@@ -44517,11 +44682,17 @@ INSTANCES: dict[str, Instance] = {
             ('VW', (8, 16)),
         ),
         device_params=(
-            ('TM', '4 * min(16, max(8, vector_width_float)) / 8'),
-            ('TN', '2 * min(16, max(8, vector_width))'),
+            (
+                'TM',
+                'max(1, min(4 * min(16, max(8, vector_width_float)) / 8, (vector_registers - 2) / (2 * cdiv(VW * dtype_bits, vector_bits)) - 1))',
+            ),
+            ('TN', '2 * VW'),
             ('VW', 'min(16, max(8, vector_width))'),
         ),
-        constraints=('TN % VW == 0', 'TM * (TN / VW) + TN / VW <= 30'),
+        constraints=(
+            'TN % VW == 0',
+            '(TM + 1) * (TN / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+        ),
         build_options='',
         steps=(),
         scratch=(),
@@ -44626,16 +44797,23 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -44989,16 +45167,23 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -45352,16 +45537,23 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -45715,16 +45907,23 @@ INSTANCES: dict[str, Instance] = {
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_double * (vector_registers / 8)'),
-            ('VW', 'vector_width_double'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -46083,16 +46282,23 @@ INSTANCES: dict[str, Instance] = {
         ),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -46451,16 +46657,23 @@ INSTANCES: dict[str, Instance] = {
         ),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -46819,16 +47032,23 @@ INSTANCES: dict[str, Instance] = {
         ),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(
@@ -47187,16 +47407,23 @@ INSTANCES: dict[str, Instance] = {
         ),
         device_params=(
             (
-                'MR',
-                '(vector_registers - vector_registers / 8 - 2) / (vector_registers / 8)',
+                'KB',
+                'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            ('NR', 'vector_width_float * (vector_registers / 8)'),
-            ('VW', 'vector_width_float'),
+            (
+                'MR',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+            ),
+            (
+                'NR',
+                'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
+            ),
+            ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
-            'MR * (NR / VW) + NR / VW <= 30',
+            '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
         ),
         build_options='',
         steps=(

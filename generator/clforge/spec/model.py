@@ -146,6 +146,7 @@ DEVICE_PROPERTIES = (
     "l2_bytes",
     "l3_bytes",
     "sub_group_size",
+    "dtype_bits",  # the width of the instance's element (32 for f32)
 )
 
 
