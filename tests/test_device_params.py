@@ -25,9 +25,11 @@ from clforge.core.targets import parse_target
 from clforge.device.profile import DeviceProfile
 from clforge.device.profile_files import find_profile, shipped_profiles
 from clforge.params.lookup import ParamLookup
+from clforge.params.properties import register_file
 from clforge.params.space import ParamSpace
 from clforge.registry import loader as registry_mod
 from clforge.registry.records import Instance
+from clforge.spec.model import CONSTRAINT_PROPERTIES
 from clforge.tools.cli import main
 from clforge.tune.verify import verify
 
@@ -119,6 +121,8 @@ def test_the_packed_block_on_each_isa() -> None:
 
 def test_the_spec_defaults_spill_on_avx2_and_the_constraint_says_so() -> None:
     """The constraint reads the device's registers: AVX-512's 6 x 64 block breaks it on AVX2."""
+    for profile in (None, ZEN3):  # what constraints read is what the spec checks allow
+        assert set(register_file(profile, "f32")) == set(CONSTRAINT_PROPERTIES)
     space = ParamSpace(REG.instance("matmul__cpu_packed__f32__a_row__b_row"))
     assert space.problem(space.defaults, XEON) is None
     problem = space.problem(space.defaults, ZEN3)

@@ -3,8 +3,10 @@
 `device_params` are integer expressions over :func:`device_properties` (the names listed in
 `clforge.spec.model.DEVICE_PROPERTIES`) and the variant's other device_params (each computed
 after those it reads, :func:`computed`); `constraints` may name, beside params, the device's
-register file (:func:`register_file`: `vector_registers`, `vector_bits`), so that a register
-block is bounded by the registers of the device it runs on, not by one ISA's count. Where no
+register file (:func:`register_file`: `vector_registers`, `vector_bits`, and `dtype_bits`, the
+width of the instance's element, so that `cdiv(VW * dtype_bits, vector_bits)` counts the
+registers one VW-wide vector takes): a register block is bounded by the registers of the device
+it runs on, not by one ISA's count. Where no
 device is named (a spec's own checks, the linter, a space listed without a device), the register
 file is the widest of :data:`clforge.device.isa.ISAS` (32 x 512-bit): a point is then possible
 on some device. Nothing here imports pyopencl."""
@@ -21,15 +23,12 @@ from clforge.device.profile import DeviceProfile, isa_of
 
 __all__ = [
     "ANY_DEVICE",
-    "CONSTRAINT_PROPERTIES",
     "computed",
     "device_properties",
     "evaluation_order",
     "register_file",
 ]
 
-# what a constraint may read beside params (spec.model.CONSTRAINT_PROPERTIES says the same)
-CONSTRAINT_PROPERTIES = ("vector_registers", "vector_bits", "dtype_bits")
 
 # the register file of no device in particular: the most registers and the widest ones
 ANY_DEVICE: dict[str, int] = {
@@ -42,7 +41,8 @@ UNKNOWN_REGISTERS = 16
 
 def register_file(profile: DeviceProfile | None, dtype: str) -> dict[str, int]:
     """`vector_registers` and `vector_bits` of `profile` (ANY_DEVICE's for None), and
-    `dtype_bits` of `dtype`: what a constraint may read beside params."""
+    `dtype_bits` of `dtype`: what a constraint may read beside params (the names
+    spec.model.CONSTRAINT_PROPERTIES lists)."""
     elem = {"dtype_bits": 8 * DTYPES[dtype].size}
     if profile is None:
         return {**ANY_DEVICE, **elem}

@@ -16,8 +16,8 @@ from clforge.core.identifiers import identifier_problem
 from clforge.core.targets import parse_target
 from clforge.core.tree import DEFAULT, SHARED_TEMPLATES, Tree
 from clforge.errors import GuardError
-from clforge.params.properties import ANY_DEVICE, CONSTRAINT_PROPERTIES, evaluation_order
-from clforge.spec.model import DEVICE_PROPERTIES, OpSpec, VariantSpec
+from clforge.params.properties import ANY_DEVICE, evaluation_order
+from clforge.spec.model import CONSTRAINT_PROPERTIES, DEVICE_PROPERTIES, OpSpec, VariantSpec
 
 # build options a spec may give: they reach clBuildProgram, so only known, harmless ones
 BUILD_OPTION = re.compile(
