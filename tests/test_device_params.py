@@ -27,10 +27,12 @@ from clforge.device.profile_files import find_profile, shipped_profiles
 from clforge.params.lookup import ParamLookup
 from clforge.params.properties import register_file
 from clforge.params.space import ParamSpace
+from clforge.references.base import Case
 from clforge.registry import loader as registry_mod
 from clforge.registry.records import Instance
 from clforge.spec.model import CONSTRAINT_PROPERTIES
 from clforge.tools.cli import main
+from clforge.tune.tuner import candidates, default_params, plan_jobs
 from clforge.tune.verify import verify
 
 REG = registry_mod.default()
@@ -248,3 +250,20 @@ def test_every_tunable_variant_has_device_params_or_a_documented_reason() -> Non
     with_params = {f"{i.op}:{i.variant}" for i in REG.instances.values() if i.device_params}
     assert not missing - documented, f"undocumented: {sorted(missing - documented)}"
     assert not documented & with_params, f"have device_params: {sorted(documented & with_params)}"
+
+
+def test_the_tuner_tries_only_blocks_that_fit_the_device() -> None:
+    """On AVX2 the tuner starts from the computed 6 x 16 block and never measures the spec's
+    AVX-512 block (nor any other that breaks the register constraint there)."""
+    shape = {"BATCH": 1, "M": 256, "N": 256, "K": 256, "BA": 1, "BB": 1}
+    jobs = plan_jobs(REG, ZEN3, ["matmul"], ["f32"], {"matmul": (Case(shape),)})
+    (job,) = [j for j in jobs if j.inst.variant == "cpu_packed"]
+    default = default_params(REG, ZEN3, job)
+    points = candidates(job, ZEN3, default)
+    space = ParamSpace(job.inst)
+    assert points[0] == default and space.defaults not in points
+    assert all(space.problem(p, ZEN3) is None for p in points)
+    xeon_jobs = plan_jobs(REG, XEON, ["matmul"], ["f32"], {"matmul": (Case(shape),)})
+    (xeon_job,) = [j for j in xeon_jobs if j.inst.variant == "cpu_packed"]
+    xeon = candidates(xeon_job, XEON, default_params(REG, XEON, xeon_job))
+    assert xeon[1] == space.defaults and len(xeon) > len(points)

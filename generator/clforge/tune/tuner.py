@@ -178,14 +178,18 @@ def candidates(
     nearest: int | None = None,
     incumbent: Params | None = None,
 ) -> list[Params]:
-    """The candidates of a job: the default first, then the spec defaults, then `incumbent` (the
+    """The candidates of a job: the default first, then the spec defaults (where they meet the
+    constraints on this device), then `incumbent` (the
     tuned set the chain gives the job's shape now, if any), then the rest of the space: all of a
     small one, else a sample in a fixed pseudo-random order (the budget decides how far it
     gets); or, with `nearest` (a quick tune), only the `nearest` points closest to the default
     (:func:`distance`)."""
     space = ParamSpace(job.inst)
     points = list(space.candidates(profile))
-    head = list(dict.fromkeys([default, *points[:1], *([incumbent] if incumbent else [])]))
+    # the spec defaults only where they fit this device (a block sized for AVX-512's registers
+    # breaks the register constraint on AVX2's, and is not worth measuring there)
+    spec = [p for p in points[:1] if space.problem(p, profile) is None]
+    head = list(dict.fromkeys([default, *spec, *([incumbent] if incumbent else [])]))
     rest = [p for p in points[1:] if p not in head]
     if nearest is not None:
         return head + sorted(rest, key=lambda p: distance(p, default))[:nearest]
