@@ -138,10 +138,10 @@ def test_every_level_of_the_fallback_chain() -> None:
     assert origin(files[:2]) == (16384, nearest)
     computed = "computed for this device (vector_width=16); nothing tuned applies"
     assert origin(files[:1]) == (4096, computed)  # relu's VW: the device's vector width
-    summing = REG.instance("sum__cpu__f32")  # no device_params: the spec's own defaults
-    c = ParamLookup(CPU, files[:1]).choose(summing, {"B": 9})
+    norm = REG.instance("layer_norm__cpu__f32")  # no device_params: the spec's own defaults
+    c = ParamLookup(CPU, files[:1]).choose(norm, {"B": 9})
     assert (c.params, c.origin) == (
-        ParamSpace(summing).defaults,
+        ParamSpace(norm).defaults,
         "spec default; nothing tuned applies",
     )
     # a variant with device_params: computed from the device where nothing tuned applies, the
