@@ -24,6 +24,8 @@ from clforge.core.dtypes import DTYPES
 from clforge.core.targets import parse_target
 from clforge.device.profile import DeviceProfile
 from clforge.device.profile_files import find_profile, shipped_profiles
+from clforge.params.database import CATCH_ALL, Entry, TuningFile, schema_hash
+from clforge.params.fingerprint import Fingerprint
 from clforge.params.lookup import ParamLookup
 from clforge.params.properties import register_file
 from clforge.params.space import ParamSpace
@@ -32,7 +34,7 @@ from clforge.registry import loader as registry_mod
 from clforge.registry.records import Instance
 from clforge.spec.model import CONSTRAINT_PROPERTIES
 from clforge.tools.cli import main
-from clforge.tune.tuner import candidates, default_params, plan_jobs
+from clforge.tune.tuner import candidates, default_params, plan_jobs, stale_entries
 from clforge.tune.verify import verify
 
 REG = registry_mod.default()
@@ -267,3 +269,17 @@ def test_the_tuner_tries_only_blocks_that_fit_the_device() -> None:
     (xeon_job,) = [j for j in xeon_jobs if j.inst.variant == "cpu_packed"]
     xeon = candidates(xeon_job, XEON, default_params(REG, XEON, xeon_job))
     assert xeon[1] == space.defaults and len(xeon) > len(points)
+
+
+def test_tune_check_reports_entries_that_break_a_constraint_on_their_device() -> None:
+    """An entry whose block its own device's registers do not hold is stale (`tune --check`
+    lists it, `--prune` drops it): AVX-512's 6 x 64 block in an AVX2 device's file, not in an
+    AVX-512 one's."""
+    inst = REG.instance("matmul__cpu_packed__f32__a_row__b_row")
+    entry = Entry(inst.name, CATCH_ALL, ParamSpace(inst).defaults, schema_hash(inst))
+    for profile, stale in ((ZEN3, True), (XEON, False)):
+        f = TuningFile(Fingerprint.of(profile)).with_entries([entry])
+        found = stale_entries(REG, (f,))
+        assert bool(found) is stale, found
+        if stale:
+            assert "no longer fit its device: constraint '(MR + 1)" in found[0][2]

@@ -490,15 +490,20 @@ def _entries(results: Iterable[Tuned]) -> list[Entry]:
 
 
 def stale_entries(reg: Registry, files: Iterable[TuningFile]) -> list[tuple[str, Entry, str]]:
-    """(file, entry, why) for every entry that no longer applies to the registry."""
+    """(file, entry, why) for every entry that no longer applies to the registry: its instance
+    is gone, its kernel or parameter schema changed, or its parameters break a constraint on the
+    file's own device (a register block its registers do not hold)."""
     out = []
     for f in files:
+        device = f.device.as_profile()
         for e in f.entries:
             inst = reg.instances.get(e.instance)
             if inst is None:
                 out.append((str(f.path), e, "the instance no longer exists"))
             elif schema_hash(inst) != e.sha:
                 out.append((str(f.path), e, "the kernel or its parameter schema changed"))
+            elif (problem := ParamSpace(inst).problem(e.params, device)) is not None:
+                out.append((str(f.path), e, f"its parameters no longer fit its device: {problem}"))
     return out
 
 
