@@ -139,7 +139,8 @@ class Instance:
     tunables: tuple[tuple[str, tuple[int, ...]], ...] = field(default=())
     # params computed from device properties where nothing tuned applies: (param, expression)
     device_params: tuple[tuple[str, str], ...] = ()
-    constraints: tuple[str, ...] = ()  # param-only conditions every tuned choice must meet
+    # conditions over params and the register file every tuned choice must meet
+    constraints: tuple[str, ...] = ()
     build_options: str = ""  # passed to clBuildProgram
     # a routine: its kernels in order (all in `source`) and the scratch buffers between them
     steps: tuple[Step, ...] = ()

@@ -159,7 +159,10 @@ DEVICE_PROPERTIES = (
     "l2_bytes",
     "l3_bytes",
     "sub_group_size",
+    "dtype_bits",  # the width of the instance's element (32 for f32)
 )
+# what a variant's constraints may read beside params: the register file (params.properties)
+CONSTRAINT_PROPERTIES = ("vector_registers", "vector_bits", "dtype_bits")
 
 
 class StepSpec(_Model):
@@ -223,12 +226,15 @@ class VariantSpec(_Model):
     device_params: dict[StrictStr, StrictStr] = Field(
         default_factory=dict,
         description="params computed from the device where nothing tuned applies: integer "
-        "expressions over " + ", ".join(DEVICE_PROPERTIES),
+        "expressions over " + ", ".join(DEVICE_PROPERTIES) + " and the variant's other "
+        "device_params",
     )
     constraints: tuple[StrictStr, ...] = Field(
         (),
-        description="conditions over params only (guard language) that every tried combination "
-        "of params and tunables must satisfy, the defaults included",
+        description="conditions over params and the device's register file (guard language; "
+        + ", ".join(CONSTRAINT_PROPERTIES)
+        + ") that every tried combination of params and tunables must satisfy, the defaults "
+        "included",
     )
     when: StrictStr | None = Field(
         None, description="guard over dims and params, checked for each call"
