@@ -8,13 +8,25 @@ OPENCL := $(VENV)/.opencl
 # make tune: tune every op on the default device (TUNE_ARGS, e.g. TUNE_ARGS='matmul --budget 300')
 TUNE_ARGS ?= --budget 900
 
-.PHONY: setup generate check lint test test-lowest demo bench tune gpu-check-dry gpu-check-sim clean
+.PHONY: setup generate check lint test test-lowest demo bench tune gpu-check-dry gpu-check-sim clean torch-cpu
 
 $(INSTALLED): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
+	$(MAKE) --no-print-directory torch-cpu
 	touch $@
+
+# PyTorch for tests/test_torch.py, only as a CPU wheel already on this machine (pip's
+# find-links, e.g. /opt/wheels; TORCH_VERSION picks it): --no-index never reaches PyPI, whose
+# plain `torch` is a multi-GB CUDA build. Its small dependencies come from the index after it
+# (torch itself then already satisfied). Without such a wheel the torch tests are skipped.
+TORCH_VERSION ?= 2.13.0
+torch-cpu:
+	@$(BIN)/python -c "import torch" 2>/dev/null || \
+	  { $(BIN)/python -m pip install -q --no-index --no-deps 'torch==$(TORCH_VERSION)' 2>/dev/null && \
+	    $(BIN)/python -m pip install -q 'torch==$(TORCH_VERSION)'; } || \
+	  echo "clforge: no local CPU wheel of torch $(TORCH_VERSION); the torch tests will be skipped"
 
 # An OpenCL device that can build kernels for the whole CPU. PoCL 3.0 from PyPI cannot build for
 # CPUs newer than its LLVM 14 (Zen 5, ...), or builds AVX2 code for them (Zen 4); there, fall

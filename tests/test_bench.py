@@ -27,9 +27,10 @@ from clforge.tools.bench import rounds
 from clforge.tools.bench.bandwidth import Bandwidth
 from clforge.tools.bench.cases import CASES, Case, run_cases, selected
 from clforge.tools.bench.clforge_side import Figures, GenericPace, requests
+from clforge.tools.bench.overhead import bench_host_per_kernel
 from clforge.tools.bench.peers import NOT_ASKED, PEERS, Peer, PeerProcess, PeerRun
 from clforge.tools.bench.protocol import Request, host_inputs, natural_inputs
-from clforge.tools.bench.report import make_rows, tally
+from clforge.tools.bench.report import make_rows, per_kernel_lines, tally
 from clforge.tools.bench.rounds import Spread
 
 ROW_KEYS = {
@@ -143,8 +144,22 @@ def test_quick_bench_reports_every_case_and_peer(
     assert "clforge untuned: every tuning file hidden" in text
     assert "untuned/tuned" in text
     assert "memory bandwidth (copy, counted as read+write): " in text
+    pk = report["overhead"]["per_kernel"]
+    assert pk["launched"] == pk["kernels"] and pk["compiled_us"] > 0 and pk["eager_us"] > 0
+    assert "host time per kernel, a chain of 64 adds" in text
     assert "CLBlast: not installed (pip install pyclblast; needs libclblast-dev)" in text
     assert json.loads((out / "bench.json").read_text()) == report
+
+
+def test_host_time_per_kernel_runs_the_chain_compiled_and_eager() -> None:
+    """The figure's chain (checked against its known result before timing) launches one kernel
+    per add when compiled; the report prints it (no timed assertion: figures only exist)."""
+    pk = bench_host_per_kernel(kernels=5, n=3, rounds=1, inner=2)
+    assert (pk["kernels"], pk["launched"], pk["rounds"], pk["inner"]) == (5, 5, 1, 2)
+    assert min(pk["compiled_us"], pk["eager_us"], pk["enqueue_us"]) > 0
+    lines = per_kernel_lines(pk)
+    assert lines[0].startswith("host time per kernel, a chain of 5 adds of 3 f32")
+    assert "compiled model" in lines[1] and "eager calls" in lines[1]
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from clforge import Graph, TensorType, ops
+from clforge.errors import GraphError
 from clforge.graph import supported_ops
 
 rng = np.random.default_rng(7)
@@ -53,7 +54,17 @@ CASES: dict[str, Case] = {
         {"trans_a": True, "trans_b": True, "alpha": 0.5, "beta": 2.0},
     ),
     "permute": ([("f32", ("B", "S", "D"))], {"axes": (2, 0, 1)}),
+    "attention": ([("f32", ("B", "S", "D"))] * 3, {"causal": True}),
+    "conv2d": (
+        [("f32", ("B", 3, 7, 9)), ("f32", ("N", 3, 3, 2)), ("f32", ("N",))],
+        {"stride": 2, "padding": (1, 0)},
+    ),
+    "max_pool2d": ([("f32", ("B", "S", 7, 9))], {"kernel_size": 3, "stride": 2, "padding": 1}),
+    "avg_pool2d": ([("f32", ("B", "S", 6, 5))], {"kernel_size": 2, "ceil_mode": True}),
+    "batch_norm": ([("f32", ("B", "S", "D"))] + [("f32", ("S",))] * 4, {"eps": 1e-3}),
 }
+# ops whose inputs must be positive (a variance among them)
+POSITIVE_INPUTS = {*POSITIVE, "batch_norm"}
 SIZES = [{"B": 2, "S": 3, "D": 5, "N": 7}, {"B": 1, "S": 1, "D": 1, "N": 1}]
 
 
@@ -74,7 +85,7 @@ def test_op_in_a_graph_matches_eager(op):
             arr(
                 dt,
                 tuple(sizes.get(d, d) if isinstance(d, str) else d for d in dims),
-                positive=op in POSITIVE,
+                positive=op in POSITIVE_INPUTS,
             )
             for dt, dims in specs
         ]
@@ -85,3 +96,42 @@ def test_op_in_a_graph_matches_eager(op):
         np.testing.assert_allclose(
             got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5
         )
+
+
+def test_attention_with_heads_and_a_symbolic_head_size():
+    """4-d q, k, v with grouped heads; the head size is symbolic, so the default scale
+    1/sqrt(D) is not recorded on the node but computed per specialization."""
+    g = Graph("gqa")
+    q = g.input("q", TensorType("f32", ("B", 4, "S", "D")))
+    k = g.input("k", TensorType("f32", ("B", 2, "T", "D")))
+    v = g.input("v", TensorType("f32", ("B", 2, "T", 3)))
+    g.output(g.ops.attention(q, k, v, causal=True, enable_gqa=True))
+    model = g.compile()
+    assert "scale" not in dict(model.plan.ir.nodes[0].attrs)
+    for b, s, t, d in ((1, 1, 1, 1), (2, 5, 7, 3), (1, 13, 11, 8)):
+        args = [arr("f32", (b, 4, s, d)), arr("f32", (b, 2, t, d)), arr("f32", (b, 2, t, 3))]
+        want = ops.attention(*args, causal=True, enable_gqa=True)
+        np.testing.assert_allclose(model(*args), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("op", "shape", "kwargs", "match"),
+    [
+        ("conv2d", ("N", 3, "H", 9), {}, "dim OH is not a product of the graph's dims"),
+        ("max_pool2d", ("N", 3, 8, "W"), {"kernel_size": 2}, "dim OW is not a product"),
+        ("conv2d", ("N", 3, 8, 9), {"layout": "NHWC"}, "layout='NHWC' is not supported"),
+        ("attention", ("B", "S", "D"), {"mask": True}, "input 'mask': a mask in a graph"),
+    ],
+)
+def test_refused_in_graphs_with_a_reason(op, shape, kwargs, match):
+    g = Graph("refused")
+    x = g.input("x", TensorType("f32", shape))
+    if op == "conv2d":
+        args = [x, g.input("w", TensorType("f32", (4, 3, 3, 3)))]
+    elif op == "attention":
+        args = [x, x, x]
+        kwargs = {"mask": g.input("m", TensorType("f32", ("S", "S")))}
+    else:
+        args = [x]
+    with pytest.raises(GraphError, match=match):
+        getattr(g.ops, op)(*args, **kwargs)

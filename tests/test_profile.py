@@ -256,7 +256,14 @@ def test_find_profile_auto_is_the_live_device(live_device) -> None:
 
 
 def test_the_shipped_profiles() -> None:
-    assert shipped_profiles() == ["amd-mi250x", "intel-max-1100", "nvidia-h100", "pocl-cpu"]
+    assert shipped_profiles() == [
+        "amd-mi250x",
+        "arm-mali-g78",
+        "intel-max-1100",
+        "nvidia-h100",
+        "pocl-cpu",
+        "qualcomm-adreno-740",
+    ]
     model = {
         name: (p.vector_isa, p.vector_registers, p.sub_group_size)
         for name in shipped_profiles()
@@ -264,16 +271,20 @@ def test_the_shipped_profiles() -> None:
     }
     assert model == {
         "amd-mi250x": ("", 0, 64),
+        "arm-mali-g78": ("", 0, 16),
         "intel-max-1100": ("", 0, 16),
         "nvidia-h100": ("", 0, 32),
         "pocl-cpu": ("avx512", 32, 0),
+        "qualcomm-adreno-740": ("", 0, 64),
     }
     archs = {name: load_profile(PROFILES_DIR / f"{name}.yaml").arch for name in shipped_profiles()}
     assert archs == {
         "amd-mi250x": "gfx90a",
+        "arm-mali-g78": "valhall",
         "intel-max-1100": "xe-hpc",
         "nvidia-h100": "sm_90",
         "pocl-cpu": "skylake-avx512",
+        "qualcomm-adreno-740": "adreno-7xx",
     }
 
 
@@ -456,7 +467,8 @@ def test_find_profile_names_the_shipped_ones(tmp_path: Path) -> None:
         find_profile("h100")
     assert str(info.value) == (
         "no device profile 'h100': use 'auto' (the live default device), a shipped profile "
-        "(amd-mi250x, intel-max-1100, nvidia-h100, pocl-cpu) or the path of a profile YAML file"
+        "(amd-mi250x, arm-mali-g78, intel-max-1100, nvidia-h100, pocl-cpu, qualcomm-adreno-740) "
+        "or the path of a profile YAML file"
     )
     mine = tmp_path / "mine.yaml"
     mine.write_text(dump_profile(DeviceProfile("Mine", "amd", "gpu", "gfx942")), encoding="utf-8")
@@ -472,7 +484,7 @@ def test_cli_profile_list_and_print(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profile", "--list"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in out] == shipped_profiles()
-    assert "NVIDIA H100 80GB HBM3 (nvidia gpu, arch sm_90)" in out[2]
+    assert "NVIDIA H100 80GB HBM3 (nvidia gpu, arch sm_90)" in out[3]
     assert main(["profile", "--device", "amd-mi250x"]) == 0
     text = capsys.readouterr().out
     assert text == (PROFILES_DIR / "amd-mi250x.yaml").read_text(encoding="utf-8")

@@ -148,8 +148,9 @@ def test_an_output_beyond_the_largest_allocation_is_refused() -> None:
         ops.relu(x)
 
 
-def test_device_arrays_from_another_context_are_refused() -> None:
+def test_device_arrays_from_another_context_than_the_queue_given_are_refused() -> None:
+    # without queue=, the arrays' own queue runs the call (tests/test_interop.py)
     other = cl.CommandQueue(cl.Context([dispatcher().runtime.device]))
     x = cla.to_device(other, np.ones(4, np.float32))
     with pytest.raises(CallError, match="lives in another OpenCL context than the queue's"):
-        ops.relu(x)
+        ops.relu(x, queue=dispatcher().runtime.queue)

@@ -136,12 +136,12 @@ def test_every_level_of_the_fallback_chain() -> None:
     assert origin(files) == (1024, "tuned on the same architecture")
     nearest = "tuned on the nearest device of this vendor, type and vector ISA"
     assert origin(files[:2]) == (16384, nearest)
-    computed = "computed from the device's properties; nothing tuned applies"
+    computed = "computed for this device (vector_width=16); nothing tuned applies"
     assert origin(files[:1]) == (4096, computed)  # relu's VW: the device's vector width
-    summing = REG.instance("sum__cpu__f32")  # no device_params: the spec's own defaults
-    c = ParamLookup(CPU, files[:1]).choose(summing, {"B": 9})
+    norm = REG.instance("layer_norm__cpu__f32")  # no device_params: the spec's own defaults
+    c = ParamLookup(CPU, files[:1]).choose(norm, {"B": 9})
     assert (c.params, c.origin) == (
-        ParamSpace(summing).defaults,
+        ParamSpace(norm).defaults,
         "spec default; nothing tuned applies",
     )
     # a variant with device_params: computed from the device where nothing tuned applies, the
@@ -151,18 +151,21 @@ def test_every_level_of_the_fallback_chain() -> None:
     for profile, block in [(avx2, (6, 16, 8)), (CPU, (6, 64, 16))]:
         c = ParamLookup(profile, ()).choose(packed, {"M": 99})
         assert (dict(c.params)["MR"], dict(c.params)["NR"], dict(c.params)["VW"]) == block
-        assert c.origin.startswith("computed from the device's properties")
+        assert c.origin.startswith("computed for this device (")
     # the direct matmul's block from the vector width: 8 x 2 vectors of 16 on AVX-512 (f64:
-    # 8 x 2 of 8), 4 x 2 of 8 on AVX2 (16 registers)
+    # 8 x 2 of 8), 4 x 2 of 8 on AVX2 (16 registers); f64 there: 8 doubles take two of AVX2's
+    # registers, so 2 rows ((2 + 1) x 2 x 2 = 12 of 16, 2 spare)
     for name, profile, block in [
         ("matmul__cpu_blocked__f32__a_row__b_row", CPU, (8, 32, 16)),
         ("matmul__cpu_blocked__f64__a_row__b_row", CPU, (8, 16, 8)),
         ("matmul__cpu_blocked__f32__a_row__b_row", avx2, (4, 16, 8)),
-        ("gemm__cpu_blocked__f64__a_row__b_row", avx2, (4, 16, 8)),
+        ("gemm__cpu_blocked__f64__a_row__b_row", avx2, (2, 16, 8)),
     ]:
         got = dict(ParamLookup(profile, ()).choose(REG.instance(name), {"M": 99}).params)
         assert (got["TM"], got["TN"], got["VW"]) == block, name
-    odd = dataclasses.replace(CPU, preferred_vector_widths=(("float", 3),))
+    # a register file too small for any block: the computed set breaks the register
+    # constraint, and the spec defaults stand
+    odd = dataclasses.replace(CPU, vector_isa="avx512", vector_bits=512, vector_registers=3)
     c = ParamLookup(odd, ()).choose(packed, {"M": 99})
     assert c.params == ParamSpace(packed).defaults and "but constraint" in c.origin
     # shape: the exact bucket, else the catch-all
@@ -225,7 +228,7 @@ def test_the_shipped_files_are_avx512_by_what_they_record() -> None:
 def test_an_avx2_device_borrows_nothing_from_avx512_files() -> None:
     lookup = ParamLookup(ZEN3, SHIPPED)
     c = lookup.choose(REG.instance(PACKED), MM)
-    assert c.entry is None and c.origin.startswith("computed from the device's properties")
+    assert c.entry is None and c.origin.startswith("computed for this device (")
     assert _registers(dict(c.params)) <= 16 - 2, c.describe()
     why = "AVX-512 (32 x 512-bit) vs this device's AVX2 (16 x 256-bit)"
     assert lookup.passed == tuple((f.path.name, why) for f in SHIPPED)  # type: ignore[union-attr]
@@ -244,7 +247,8 @@ def test_an_avx512_device_borrows_nothing_from_avx2_files() -> None:
     avx2_file = TuningFile(Fingerprint.of(ZEN3), tuple(e for f in SHIPPED[:1] for e in f.entries))
     lookup = ParamLookup(ZEN4, (avx2_file,))
     c = lookup.choose(REG.instance(PACKED), MM)
-    assert c.entry is None and dict(c.params) == {"KB": 256, "MR": 6, "NR": 64, "VW": 16}
+    # KB: a 64-column panel of b fills half of an L1 of 32 KiB (the size read where unknown)
+    assert c.entry is None and dict(c.params) == {"KB": 64, "MR": 6, "NR": 64, "VW": 16}
     assert 16 < _registers(dict(c.params)) <= 32 - 2
     assert lookup.passed == (
         (avx2_file.device.slug, "AVX2 (16 x 256-bit) vs this device's AVX-512 (32 x 512-bit)"),
@@ -302,7 +306,7 @@ def test_explain_says_which_files_were_passed_over_and_why(
     why = "AVX-512 (32 x 512-bit) vs this device's AVX2 (16 x 256-bit): not borrowed"
     for f in SHIPPED:
         assert f"  tuning file passed over: {f.path.name}: {why}" in out  # type: ignore[union-attr]
-    assert "computed from the device's properties" in out and "tuned on" not in out
+    assert "computed for this device (" in out and "tuned on" not in out
     assert main(["explain", "matmul", "--dims", dims, "--device", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["device_isa"] == "AVX2 (16 x 256-bit)"
@@ -515,7 +519,7 @@ def test_a_wrong_candidate_is_never_chosen_and_the_kernel_change_makes_entries_s
     assert {e.instance for _, e, _ in stale_entries(reg2, (f,))} == {"relu__cpu__f32"}
     lookup = ParamLookup(profile, (f,))
     assert lookup.choose(reg2.instance("relu__cpu__f32"), {"N": 100_003}).origin == (
-        "computed from the device's properties; nothing tuned applies"
+        "computed for this device (vector_width=16); nothing tuned applies"
     )
 
 

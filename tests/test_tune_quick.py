@@ -252,7 +252,7 @@ def test_explain_says_when_a_quick_tune_would_help(monkeypatch: pytest.MonkeyPat
     params = (("CHUNK", 4096),)
     here = Choice(params, "tuned on this device (exact shape)")
     borrowed = Choice(params, "tuned on the nearest device of this vendor, type and vector ISA")
-    computed = Choice(params, "computed from the device's properties; nothing tuned applies")
+    computed = Choice(params, "computed for this device (vector_width=16); nothing tuned applies")
     assert _tuning_hint(here, True) is None and _tuning_hint(borrowed, False) is None
     assert _tuning_hint(Choice(params, "override"), True) is None
     assert "borrowed here: `clforge tune --quick`" in (_tuning_hint(borrowed, True) or "")

@@ -41,8 +41,26 @@ def check_names(
         raise CallError(f"{op.name}: {'; '.join(parts)} (expects {', '.join(names)})")
 
 
+def named_attrs(op: OpSig, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """`attrs` with every value given by name (gelu's approximate='tanh', as PyTorch spells it)
+    replaced by its number; a name the attribute does not have is a CallError listing those it
+    has."""
+    out = dict(attrs)
+    for a in op.attrs:
+        value = out.get(a.name)
+        if a.names and isinstance(value, str):
+            names = dict(a.names)
+            if value not in names:
+                shown = ", ".join(f"{n!r} ({v})" for n, v in a.names)
+                raise CallError(f"{op.name}: {a.name} must be one of {shown}, got {value!r}")
+            out[a.name] = names[value]
+    return out
+
+
 def resolve_attrs(op: OpSig, attrs: Mapping[str, float | int]) -> dict[str, float | int]:
-    """Every attribute's value: given, else its default; unknown or missing ones are errors."""
+    """Every attribute's value: given (by number, or by name where the spec names its values),
+    else its default; unknown or missing ones are errors."""
+    attrs = named_attrs(op, attrs)
     defaults = {a.name: a for a in op.attrs}
     unknown = sorted(set(attrs) - set(defaults))
     if unknown:
@@ -263,8 +281,12 @@ def device_array_problem(
             f"input {name!r} (shape {arr.shape}) lives in another OpenCL context than the "
             "queue's; copy it to this context first"
         )
-    if arr.offset:
-        return f"input {name!r} is a view with an offset; pass a copy"
+    if arr.offset and arr.size:  # clforge.ops calls take views first (call/views.py)
+        return (
+            f"input {name!r} is a view with an offset ({arr.offset} bytes); a call by "
+            "canonical names binds buffers as they are: pass a copy, or call clforge.ops.<op>, "
+            "which takes views"
+        )
     if arr.size and array_layout(arr) != layout:
         return (
             f"input {name!r} (shape {arr.shape}, strides {arr.strides}) is not "

@@ -25,6 +25,7 @@ from clforge.call.binding import (
 from clforge.call.selection import Selection
 from clforge.device.profile import DeviceProfile
 from clforge.errors import CallError
+from clforge.interop.intake import intake_args
 from clforge.registry.loader import Registry, guard_holds
 from clforge.registry.records import Instance, OpSig
 from clforge.runtime.launch import LaunchPlan, Runtime
@@ -144,6 +145,10 @@ class CompiledOp:
         return inputs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # PyTorch tensors and DLPack producers, taken as eager calls take them
+        taken = intake_args(self.op.name, args, kwargs, self.dispatcher.runtime)
+        if taken is not None:
+            return taken[2](self(*taken[0], **taken[1]))
         attrs = dict(kwargs)
         inputs = self._inputs(args, attrs)
         dtype, layouts = call_types(self.op, inputs)

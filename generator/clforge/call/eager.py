@@ -16,12 +16,15 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from clforge.call import views
 from clforge.call.binding import bind_dims, call_types, outputs_in_order
 from clforge.call.dispatcher import Dispatcher, dispatcher, memo_items
 from clforge.conventions import CONVENTIONS
 from clforge.conventions.base import Then
 from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.errors import CallError, ClforgeError
+from clforge.interop.intake import intake
+from clforge.interop.out import check_out, write_out
 from clforge.registry.records import OpSig
 from clforge.runtime.launch import LaunchPlan, OutputSpec, Runtime
 from clforge.runtime.transfer import to_host, upload
@@ -158,14 +161,27 @@ def call_op(
     attrs: Mapping[str, Any],
     options: Mapping[str, Any] | None = None,
     queue: cl.CommandQueue | None = None,
+    out: Any = None,
 ) -> Any:
     """What every generated eager function calls: positional inputs in the spec's order,
-    attributes, and the options of the op's calling convention.
+    attributes, and the options of the op's calling convention; `out`, NumPy's, where the
+    function takes it.
 
-    Calls on device arrays are memoized as a :class:`Recipe` (keyed by the arrays' dtypes,
-    shapes, strides and offsets, and the attributes and options): a warm call skips the calling
-    convention's views and binds the caller's buffers directly."""
+    Tensors and DLPack producers, and device arrays of another context (run on their queue),
+    are taken by :func:`clforge.interop.intake.intake`, which gives the result back as the
+    caller's type. Calls on device arrays are memoized as a :class:`Recipe` (keyed by the arrays'
+    dtypes, shapes, strides and offsets, and the attributes and options): a warm call skips the
+    calling convention's views and binds the caller's buffers directly."""
     d = dispatcher(queue)
+    taken = intake(d.registry, op, inputs, d.runtime, queue is None, out)
+    if taken is not None:
+        queue = taken.queue or queue
+        return taken.back(call_op(op, taken.inputs, attrs, options, queue, taken.out))
+    if out is not None:
+        check_out(op, out)
+        return write_out(op, call_op(op, inputs, attrs, options, queue), out)
+    if views.pending(inputs):  # device arrays with an offset or strides: see views.py
+        inputs = take_views(d, op, inputs).arrays
     key = _recipe_key(op, inputs, attrs, options)
     if key is not None:
         recipe = d._recipes.get(key)
@@ -187,6 +203,17 @@ def call_op(
         if recipe is not None:
             d._recipes[key] = recipe
     return _then(op, outputs_in_order(c.op, result), inputs, attrs, c.then, queue)
+
+
+def take_views(d: Dispatcher, op: str, inputs: Sequence[Any], *, copy: bool = True) -> views.Taken:
+    """The call's inputs with its device-array views made bindable (:func:`views.take`), each
+    read as the op's tensor at its position takes it (a variadic op's inputs as its first)."""
+    sig = d.registry.op(op)
+    tensors = ((sig.inputs[0],) * len(inputs) if CONVENTIONS[sig.call].variadic else sig.inputs)[
+        : len(inputs)
+    ]
+    names, layouts = [t.name for t in tensors], [t.layouts for t in tensors]
+    return views.take(d.runtime, inputs, names, layouts, op, copy=copy)
 
 
 def _then(
@@ -306,5 +333,7 @@ def eager_plan(
 ) -> LaunchPlan:
     """The launch plan an eager call with these arguments gets (`.inst` is the chosen
     instance), without running it."""
+    if views.pending(inputs):
+        inputs = take_views(dispatcher(queue), op, inputs, copy=False).arrays
     c = prepare(op, inputs, attrs or {}, options, queue)
     return c.dispatcher.plan_for(c.op, c.inputs, c.attrs)

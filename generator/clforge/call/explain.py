@@ -14,8 +14,9 @@ from typing import Any
 import pyopencl as cl
 
 from clforge.call.binding import bind, call_types
-from clforge.call.eager import prepare
+from clforge.call.eager import prepare, take_views
 from clforge.call.selection import Selection
+from clforge.interop.intake import intake
 from clforge.params.lookup import Choice, not_borrowed
 
 
@@ -28,6 +29,7 @@ class Explanation:
     params: Choice | None
     passed: tuple[tuple[str, str], ...] = ()  # (tuning file, why it is not read for this device)
     device_isa: str = ""  # the device's vector ISA, as explain names it
+    views: tuple[str, ...] = ()  # per device-array view: read in place, or copied and why
 
     @property
     def instance(self) -> str | None:
@@ -41,6 +43,7 @@ class Explanation:
             doc["params_origin"] = self.params.describe()
         doc["device_isa"] = self.device_isa
         doc["tuning_passed_over"] = [{"file": f, "reason": why} for f, why in self.passed]
+        doc["views"] = list(self.views)
         return doc
 
     def __str__(self) -> str:
@@ -49,6 +52,8 @@ class Explanation:
             lines.insert(-1, f"  params of the chosen instance: {self.params.describe()}")
         for name, why in self.passed:
             lines.insert(-1, f"  tuning file passed over: {not_borrowed(name, why)}")
+        for note in self.views:
+            lines.insert(-1, f"  view: {note}")
         return "\n".join(lines)
 
 
@@ -59,11 +64,16 @@ def explain(
     keyword arguments are the eager function's (attributes and calling-convention options)."""
     from clforge.call.dispatcher import dispatcher
 
-    sig = dispatcher(queue).registry.op(op)
+    d0 = dispatcher(queue)
+    taken = intake(d0.registry, op, inputs, d0.runtime, queue is None)  # as the call takes them
+    if taken is not None:
+        inputs, queue = taken.inputs, taken.queue or queue
+    sig = d0.registry.op(op)
     attr_names = {a.name for a in sig.attrs}
     attrs = {k: v for k, v in kwargs.items() if k in attr_names}
     options = {k: v for k, v in kwargs.items() if k not in attr_names}
-    c = prepare(op, inputs, attrs, options, queue)
+    seen = take_views(dispatcher(queue), op, inputs, copy=False)  # describes, copies nothing
+    c = prepare(op, seen.arrays, attrs, options, queue)
     d = c.dispatcher
     dtype, layouts = call_types(c.op, c.inputs)
     b = bind(c.op, c.inputs, c.attrs)
@@ -71,4 +81,4 @@ def explain(
     sel = d.select(op, dtype, layouts, b.env)
     chosen = sel.chosen.instance if sel.chosen is not None else None
     params = d.params_for(d.registry.instance(chosen), b.env) if chosen else None
-    return Explanation(sel, params, d.lookup.passed, d.lookup.device.isa_text)
+    return Explanation(sel, params, d.lookup.passed, d.lookup.device.isa_text, seen.notes)

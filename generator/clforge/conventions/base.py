@@ -60,8 +60,17 @@ class Convention:
     # the eager function takes one sequence of arrays (np.concatenate's) instead of the op's
     # inputs; canonical_many maps it
     variadic: ClassVar[bool] = False
+    # the eager function takes NumPy's `out=` (an array the one result is written into): the
+    # elementwise ops and the reductions
+    takes_out: ClassVar[bool] = False
 
     def params(self, op: OpSig) -> tuple[PyParam, ...]:
+        return ()
+
+    def positional(self, op: OpSig) -> tuple[str, ...]:
+        """The parameters (this convention's, or the op's attributes) that the eager function
+        also takes by position after the inputs, in this order (PyTorch's, where PyTorch has
+        the function); the others are keyword-only."""
         return ()
 
     def supplies(self, op: OpSig) -> tuple[str, ...]:

@@ -33,12 +33,38 @@ def _pair(op: OpSig, name: str, value: Any) -> tuple[int, int]:
     raise CallError(f"{op.name}: {name} must be an int or a pair of ints, got {value!r}")
 
 
+def _named_padding(op: OpSig, arrays: Mapping[str, Any], options: Mapping[str, Any]) -> Any:
+    """PyTorch's padding='valid' (none) or 'same' (the output keeps the input's height and
+    width: stride 1, and (kernel - 1) * dilation even on both axes, which PyTorch would pad on
+    one side only) as the padding of each axis."""
+    padding = options["padding"]
+    if padding == "valid":
+        return 0
+    if padding != "same":
+        raise CallError(
+            f"{op.name}: padding must be an int, an (h, w) pair, 'valid' or 'same'; got {padding!r}"
+        )
+    if _pair(op, "stride", options.get("stride", 1)) != (1, 1):
+        raise CallError(f"{op.name}: padding='same' needs stride 1, as PyTorch's does")
+    w = op.inputs[1].name
+    kernel = tuple(int(n) for n in arrays[w].shape[2:])
+    dil = _pair(op, "dilation", options.get("dilation", 1))
+    total = tuple(d * (k - 1) for d, k in zip(dil, kernel, strict=True))
+    if any(t % 2 for t in total):
+        raise CallError(
+            f"{op.name}: padding='same' with kernel {kernel} and dilation {dil} needs padding "
+            "on one side only, which the kernels do not take; pass the padding as ints"
+        )
+    return (total[0] // 2, total[1] // 2)
+
+
 class Conv2d(Convention):
     name = "conv2d"
     doc = (
         "x is (N, C, H, W) with layout='NCHW' or (N, H, W, C) with layout='NHWC' (viewed as "
         "NCHW stored channels-last, no copy); w is (K, C / groups, R, S); stride, padding and "
-        "dilation are an int or an (h, w) pair; y comes back in x's layout"
+        "dilation are an int or an (h, w) pair (padding also 'valid' or 'same', as PyTorch's); "
+        "y comes back in x's layout"
     )
 
     def params(self, op: OpSig) -> tuple[PyParam, ...]:
@@ -46,9 +72,13 @@ class Conv2d(Convention):
         return (
             PyParam("layout", "str", "'NCHW'"),
             PyParam("stride", pair, "1"),
-            PyParam("padding", pair, "0"),
+            PyParam("padding", f"{pair} | str", "0"),
             PyParam("dilation", pair, "1"),
         )
+
+    def positional(self, op: OpSig) -> tuple[str, ...]:
+        # torch.nn.functional.conv2d(input, weight, bias, stride, padding, dilation, groups)
+        return ("stride", "padding", "dilation", *(a.name for a in op.attrs if a.name == "groups"))
 
     def supplies(self, op: OpSig) -> tuple[str, ...]:
         return tuple(n for _, *hw in _PAIRS for n in hw)
@@ -80,9 +110,12 @@ class Conv2d(Convention):
                 f"{tuple(arrays[x].shape)}); it must be 4-d ({layout})"
             )
         attrs: dict[str, Any] = {}
+        given = dict(options)
+        if isinstance(given.get("padding"), str):
+            given["padding"] = _named_padding(op, arrays, options)
         for option, h, w in _PAIRS:
             attrs[h], attrs[w] = _pair(
-                op, option, options.get(option, 1 if option != "padding" else 0)
+                op, option, given.get(option, 1 if option != "padding" else 0)
             )
         if layout == "NCHW":
             return Canonical(arrays, attrs)
@@ -171,6 +204,15 @@ class Pool2d(Convention):
         if self._has(op, "divisor_override"):
             out.append(PyParam("divisor_override", "int | None", "None"))
         return tuple(out)
+
+    def positional(self, op: OpSig) -> tuple[str, ...]:
+        # PyTorch's order: max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode);
+        # avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
+        # divisor_override), which has no dilation (clforge's avg_pool2d takes it by keyword)
+        if self._has(op, "count_include_pad"):
+            names = ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad")
+            return names + (("divisor_override",) if self._has(op, "divisor_override") else ())
+        return ("kernel_size", "stride", "padding", "dilation", "ceil_mode")
 
     def supplies(self, op: OpSig) -> tuple[str, ...]:
         names = ("kernel_h", "kernel_w", *(n for _, *hw in _PAIRS for n in hw), "ceil_mode")

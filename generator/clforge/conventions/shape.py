@@ -36,6 +36,7 @@ class Direct(Convention):
 
 class Flat(Convention):
     name = "flat"
+    takes_out = True
     doc = "one dim N; inputs of any equal shape are flattened, outputs take that shape"
 
     def problems(self, op: OpSig) -> list[str]:
@@ -59,6 +60,7 @@ class Flat(Convention):
 
 class Broadcast(Convention):
     name = "broadcast"
+    takes_out = True
     doc = (
         "NumPy broadcasting of inputs of rank up to the op's rank, and NumPy's dtype promotion "
         "(numpy.result_type; Python numbers are weak scalars) of the inputs of the op's dtype"
@@ -116,6 +118,7 @@ def _first(op: OpSig) -> str:
 
 class Axis(Convention):
     name = "axis"
+    takes_out = True
     doc = (
         "an `axis` argument: the first input is viewed as [B, R, I] around that axis; "
         "outputs are [B, R, I] (same shape, `axis` an int, default -1) or [B, I] (a reduction: "

@@ -16,6 +16,7 @@ from clforge.graph.artifact import Model
 from clforge.graph.capture import Graph, GraphValue, supported_ops
 from clforge.graph.dims import Dim
 from clforge.graph.fused_kernel import check_current
+from clforge.graph.onnx_import import from_onnx
 from clforge.graph.serial import load_plan
 
 
@@ -37,4 +38,4 @@ def load(path: Any, queue: Any = None) -> Model:
     return model
 
 
-__all__ = ["Dim", "Graph", "GraphValue", "Model", "load", "supported_ops"]
+__all__ = ["Dim", "Graph", "GraphValue", "Model", "from_onnx", "load", "supported_ops"]

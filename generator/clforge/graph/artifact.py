@@ -4,8 +4,12 @@ symbolic dims (made on first use, listed in ``model.cache``), its launches prepa
 A specialization runs, per node, the calling convention on the bound sizes (views only: every
 graph buffer is row-major and contiguous), binds the op's dims, takes the node's static
 instance where its guard holds for these sizes (else re-dispatches, as a compiled op does),
-plans the launch with the tuning chain's parameters, and sizes the slots. A call binds the
-caller's arrays and the planned buffers and enqueues.
+plans the launch with the tuning chain's parameters, sizes the slots, and makes every kernel
+ready (`clforge.runtime.launch.ready`): a kernel object of its own per launch with its scalars,
+constants, slots, filled inputs and scratch bound once. A call binds only the caller's input
+and output buffers and enqueues (`run_ready`). Device-array inputs that are views (an offset,
+strides) are taken by `clforge.call.views`: in place through a sub-buffer where the offset is
+aligned, else copied, and `explain` says which.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
+from clforge.call import views
 from clforge.call.binding import bind, bind_dims
 from clforge.call.dispatcher import Dispatcher, dispatcher
 from clforge.call.eager import fill_value
@@ -37,8 +42,10 @@ from clforge.graph.schedule import Step
 from clforge.graph.select import layouts_of
 from clforge.graph.serial import save
 from clforge.graph.shapes import probe_array
+from clforge.graph.strides import Strided, strided_views
+from clforge.interop.intake import intake_args
 from clforge.registry.loader import guard_holds
-from clforge.runtime.launch import LaunchPlan
+from clforge.runtime.launch import LaunchPlan, Ready, ReadyLaunch, Runtime, ready, run_ready
 from clforge.runtime.transfer import to_host, upload
 
 
@@ -60,6 +67,21 @@ class Specialization:
     steps: tuple[Prepared, ...]
     slots: tuple[Any, ...]  # cl.Buffer per slot
     outputs: tuple[tuple[int, tuple[int, ...], np.dtype], ...]  # output k: (value, shape, dtype)
+    # per step, its kernels with every argument set but the call's buffers: the graph's inputs
+    # (by position) then its outputs (see Model._call)
+    ready: tuple[Ready, ...] = ()
+    launches: tuple[ReadyLaunch, ...] = ()  # every launch of `ready`, in order
+    # per graph output: where it is (an output buffer k, input k by position, a constant by
+    # value id), its shape, and where its elements are when it is a view not in place
+    results: tuple[tuple[str, int, tuple[int, ...], Strided | None], ...] = ()
+    # per-call sub-buffers, appended to a call's buffers: (the call's buffer, byte origin, bytes)
+    subs: tuple[tuple[int, int, int], ...] = ()
+    views: tuple[str, ...] = ()  # what each view read by a kernel costs at these sizes
+
+    @property
+    def rebound(self) -> int:
+        """Kernel arguments a call binds (the caller's buffers); every other one is set ahead."""
+        return sum(len(launch.rebind) for launch in self.launches)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -76,6 +98,9 @@ class Specialization:
                 for p in self.steps
             ],
             "slot_bytes": [s.size if s is not None else 0 for s in self.slots],
+            "kernels": len(self.launches),
+            "rebound_per_call": self.rebound,
+            "views": list(self.views),
         }
 
 
@@ -91,6 +116,10 @@ class Model:
     _constants: dict[int, cla.Array] = field(default_factory=dict, repr=False)
     # one call at a time: the slots are shared by every call of a specialization
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # device-array inputs that came as views (an offset, strides): the latest call's note each
+    views: dict[str, str] = field(default_factory=dict, repr=False)
+    _runtime: Runtime | None = field(default=None, repr=False)
+    _types: tuple[tuple[str, np.dtype, str], ...] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -120,89 +149,111 @@ class Model:
         missing = [n for n in names if n not in given]
         if missing:
             raise CallError(f"{here}: missing input {', '.join(map(repr, missing))}")
-        for vid in ir.inputs:
-            v = ir.value(vid)
-            a = given[v.name]
+        context = self.runtime.context
+        for name, np_dtype, dtype in self._input_types:
+            a = given[name]
             if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-                raise CallError(f"{here}: input {v.name!r} is a {type(a).__name__}, not an array")
-            dt = dtype_of_numpy(np.dtype(a.dtype))
-            if dt is None or dt.name != v.dtype:
-                raise CallError(
-                    f"{here}: input {v.name!r} has dtype {a.dtype}; the graph takes {v.dtype}"
-                )
-            if isinstance(a, cla.Array):
-                if a.context != self.dispatcher.runtime.context:
+                raise CallError(f"{here}: input {name!r} is a {type(a).__name__}, not an array")
+            if a.dtype != np_dtype:
+                dt = dtype_of_numpy(np.dtype(a.dtype))
+                if dt is None or dt.name != dtype:
                     raise CallError(
-                        f"{here}: input {v.name!r} is a device array of another context"
+                        f"{here}: input {name!r} has dtype {a.dtype}; the graph takes {dtype}"
                     )
-                if a.offset or not (a.flags.c_contiguous or a.size == 0):
-                    raise CallError(
-                        f"{here}: input {v.name!r} (shape {a.shape}, strides {a.strides}, offset "
-                        f"{a.offset}) must be a contiguous row-major array; pass a copy (views "
-                        "without copies are not supported in graphs yet)"
-                    )
+            if isinstance(a, cla.Array) and a.context != context:
+                raise CallError(f"{here}: input {name!r} is a device array of another context")
         return given
 
+    @property
+    def runtime(self) -> Runtime:
+        rt = self._runtime
+        if rt is None:
+            rt = self._runtime = self.dispatcher.runtime
+        return rt
+
+    @property
+    def _input_types(self) -> tuple[tuple[str, np.dtype, str], ...]:
+        """Per graph input: its name, NumPy dtype and dtype name (made once)."""
+        types = self._types
+        if types is None:
+            ir = self.plan.ir
+            values = [ir.value(vid) for vid in ir.inputs]
+            types = self._types = tuple((v.name, DTYPES[v.dtype].np_dtype, v.dtype) for v in values)
+        return types
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # PyTorch tensors and DLPack producers: in without a copy where the device allows, the
+        # results back as their type (clforge.interop.intake)
+        taken = intake_args(f"graph {self.name!r}", args, kwargs, self.runtime)
+        if taken is not None:
+            return taken[2](self(*taken[0], **taken[1]))
         with self._lock:
             return self._call(args, kwargs)
 
     def _call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        ir = self.plan.ir
         given = self._arrays(args, kwargs)
         shapes = {k: tuple(int(n) for n in a.shape) for k, a in given.items()}
         env = self.plan.guards.bind(self.name, shapes)
         spec = self.specialization(env)
-        d = self.dispatcher
-        rt = d.runtime
+        rt = self.runtime
         on_device = any(isinstance(a, cla.Array) for a in given.values())
-        inputs: dict[int, cla.Array] = {}
-        for vid in ir.inputs:
-            a = given[ir.value(vid).name]
+        inputs: list[cla.Array] = []
+        for name, _, _ in self._input_types:
+            a = given[name]
             if not isinstance(a, cla.Array):
                 a = upload(rt, np.ascontiguousarray(a), "row")
-            inputs[vid] = a
+            elif views.pending((a,)):  # an offset or strides: graph inputs are read row-major
+                taken = views.take(rt, (a,), (name,), (("row",),), f"graph {self.name!r}")
+                a = taken.arrays[0]
+                self.views[name] = taken.notes[0]
+            inputs.append(a)
         outs = [
             rt.empty(("out", shape, dt, layout_strides(shape, dt.itemsize, "row")))
             for _, shape, dt in spec.outputs
         ]
-
-        def memory(place: Place) -> Any:
-            if place.kind == "input":
-                arr = inputs[place.index]
-            elif place.kind == "constant":
-                arr = self._constant(place.index)
-            elif place.kind == "output":
-                arr = outs[place.index]
-            else:
-                buf = spec.slots[place.index]
-                return buf if buf is not None else rt.dummy
-            return arr.base_data if arr.size else rt.dummy
-
-        for p in spec.steps:
-            buffers: dict[str, Any] = {}
-            for tensor, _, place in p.step.inputs:
-                if place is None:
-                    fill = p.fills[tensor]
-                    buffers[tensor] = fill.base_data if fill.size else rt.dummy
-                else:
-                    buffers[tensor] = memory(place)
-            for tensor, _, place in p.step.outputs:
-                buffers[tensor] = memory(place)
-            rt.run(p.plan, buffers)
+        buffers = [arr.base_data if arr.size else rt.dummy for arr in (*inputs, *outs)]
+        for j, origin, nbytes in spec.subs:  # views of the call's buffers at aligned offsets
+            buffers.append(views.sub_region(buffers[j], origin, nbytes))
+        run_ready(rt.queue, spec.launches, buffers)
         results = []
-        for vid in ir.outputs:
-            v = ir.value(vid)
-            shape = tuple(d.evaluate(env) for d in v.shape)
-            place = self.plan.buffers.place(vid)
-            if place.kind == "output":
-                res = outs[place.index].reshape(shape)
-            elif place.kind == "input":
-                res = inputs[place.index].reshape(shape).copy()
+        for kind, index, shape, strided in spec.results:
+            if strided is not None:
+                if kind == "output":
+                    whole = outs[index]
+                elif kind == "input":
+                    whole = inputs[index]
+                else:
+                    whole = self._constant(index)
+                res = self._view_result(whole, strided)
+            elif kind == "output":
+                res = outs[index]
+                if res.shape != shape:
+                    res = res.reshape(shape)
+            elif kind == "input":
+                res = inputs[index].reshape(shape).copy()
             else:
-                res = self._constant(place.index).reshape(shape).copy()
+                res = self._constant(index).reshape(shape).copy()
             results.append(res if on_device else to_host(res))
         return results[0] if len(results) == 1 else tuple(results)
+
+    def _view_result(self, whole: cla.Array, s: Strided) -> cla.Array:
+        """A graph output that is a view (a slice) of `whole`'s memory, as a new row-major
+        array."""
+        item = whole.dtype.itemsize
+        rt = self.runtime
+        if math.prod(s.shape) == 0:
+            return rt.empty(("y", s.final, whole.dtype, layout_strides(s.final, item, "row")))
+        seen = cla.Array(
+            rt.queue,
+            s.shape,
+            whole.dtype,
+            strides=tuple(x * item for x in s.strides),
+            data=whole.base_data,
+            offset=s.offset * item,
+        )
+        taken = views.take(rt, (seen,), ("y",), (("row",),), f"graph {self.name!r}")
+        res = taken.arrays[0] if taken.copies else taken.arrays[0].copy()
+        return res if s.final == s.shape else res.reshape(s.final)
 
     def _constant(self, vid: int) -> cla.Array:
         arr = self._constants.get(vid)
@@ -245,11 +296,26 @@ class Model:
                     continue
                 shape = tuple(x.evaluate(env) for x in v.shape)
                 outputs[place.index] = (vid, shape, DTYPES[v.dtype].np_dtype)
+        strided = {k: g for k, g in strided_views(ir, env).items() if not g.in_place}
+        binder = _ViewBinder(self, slots, strided, len(ir.inputs) + len(outputs))
+        made = tuple(binder.ready(p) for p in prepared)
+        position = {vid: k for k, vid in enumerate(ir.inputs)}
+        results = []
+        for vid in ir.outputs:
+            place = self.plan.buffers.place(vid)
+            index = position[place.index] if place.kind == "input" else place.index
+            shape = tuple(x.evaluate(env) for x in ir.value(vid).shape)
+            results.append((place.kind, index, shape, strided.get(vid)))
         return Specialization(
             tuple(sorted(env.items())),
             tuple(prepared),
             tuple(slots),
             tuple(outputs[k] for k in sorted(outputs)),
+            made,
+            tuple(launch for r in made for launch in r.launches),
+            tuple(results),
+            tuple(binder.subs),
+            tuple(binder.notes),
         )
 
     def _prepare(self, n: Node, step: Step, env: Mapping[str, int], d: Dispatcher) -> Prepared:
@@ -329,6 +395,9 @@ class Model:
         (None: not printed) and returned. `verbose` adds each node's full verdict table (every
         candidate, chosen, eligible or rejected, and why)."""
         text = explain_plan(self.plan, self.cache, verbose=verbose)
+        if self.views:
+            text += "\n== views (device-array inputs given as views: the latest call's note each)"
+            text += "".join(f"\n  {note}" for note in self.views.values())
         if file is not None:
             print(text, file=file)
         return text
@@ -336,3 +405,83 @@ class Model:
     def save(self, path: Any) -> None:
         """Write the plan and the guards as data (JSON), constants included."""
         save(self.plan, path)
+
+
+class _ViewBinder:
+    """Makes a specialization's steps ready (`clforge.runtime.launch.ready`): a graph input is
+    the call's buffer at its position among the inputs, output k at len(inputs) + k. A kernel
+    input that is a view not in place (`strides.Strided`) is read through a sub-buffer where it
+    is row-major at an aligned offset (made once for a slot or a constant, per call for a
+    call's buffer: `subs`), else gathered row-major into a buffer of the specialization by a
+    kernel before the step; `notes` says which, per view."""
+
+    def __init__(
+        self, model: Model, slots: list[Any], strided: Mapping[int, Strided], per_call: int
+    ) -> None:
+        self.model = model
+        self.rt = model.runtime
+        self.slots = slots
+        self.strided = strided
+        self.first_sub = per_call
+        self.subs: list[tuple[int, int, int]] = []
+        self.notes: list[str] = []
+        self.position = {vid: k for k, vid in enumerate(model.plan.ir.inputs)}
+
+    def _base(self, place: Place) -> tuple[Any, int | None]:
+        """The buffer of a place (fixed), or the index of the call's buffer."""
+        if place.kind == "input":
+            return None, self.position[place.index]
+        if place.kind == "output":
+            return None, len(self.position) + place.index
+        if place.kind == "constant":
+            arr = self.model._constant(place.index)
+            return (arr.base_data if arr.size else self.rt.dummy), None
+        buf = self.slots[place.index]
+        return (buf if buf is not None else self.rt.dummy), None
+
+    def ready(self, p: Prepared) -> Ready:
+        rt = self.rt
+        ir = self.model.plan.ir
+        fixed: dict[str, Any] = {}
+        per_call: dict[str, int] = {}
+        before: list[ReadyLaunch] = []
+        held: list[Any] = []
+        for tensor, vid, place in (*p.step.inputs, *p.step.outputs):
+            if place is None:
+                fill = p.fills[tensor]
+                fixed[tensor] = fill.base_data if fill.size else rt.dummy
+                continue
+            base, index = self._base(place)
+            s = self.strided.get(vid) if vid is not None else None
+            if s is None or vid is None or math.prod(s.shape) == 0:
+                if index is None:
+                    fixed[tensor] = base
+                else:
+                    per_call[tensor] = index
+                continue
+            item = DTYPES[ir.value(vid).dtype].size
+            origin, nbytes = s.offset * item, math.prod(s.shape) * item
+            here = f"node {p.step.node} ({p.step.op}) input {tensor} = {ir.value(vid).name}"
+            if s.row_major and origin % views.alignment(rt) == 0:
+                if index is None:
+                    fixed[tensor] = views.sub_region(base, origin, nbytes)
+                else:
+                    self.subs.append((index, origin, nbytes))
+                    per_call[tensor] = self.first_sub + len(self.subs) - 1
+                self.notes.append(f"{here}: read in place through a sub-buffer at byte {origin}")
+                continue
+            dst = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, nbytes)
+            held.append(dst)
+            before.append(
+                views.gather_launch(rt, item, s.offset, s.shape, s.strides, dst, base, index)
+            )
+            fixed[tensor] = dst
+            why = (
+                f"offset {origin} bytes is not a multiple of the device's "
+                f"{views.alignment(rt)}-byte sub-buffer alignment"
+                if s.row_major
+                else f"strides {s.strides} (elements) for shape {s.shape} are not row-major"
+            )
+            self.notes.append(f"{here}: gathered row-major by a kernel before the step ({why})")
+        r = ready(rt, p.plan, fixed, per_call)
+        return Ready((*before, *r.launches), (*r.held, *held))

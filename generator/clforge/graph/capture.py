@@ -232,6 +232,36 @@ class Graph:
         checked when a call binds the sizes; later ops see the new dims."""
         return self._view("rebind", x, shape)
 
+    def slice(self, x: GraphValue, start: int | str, stop: int | str, axis: int = 0) -> GraphValue:
+        """`x[start:stop]` along `axis`, a view (no kernel of its own): `start` and `stop` are
+        ints or dims (``"D"``, ``"2*D"``), and a call checks ``0 <= stop - start`` and ``stop <=``
+        the axis's size. Its consumers read it in place where they can (its memory a layout
+        they read, its first element on a sub-buffer boundary), else it is gathered before
+        them; ``model.explain()`` says which (docs/graph.md, "Views")."""
+        v = self._own(x, "slice")
+        rank = len(v.shape)
+        if isinstance(axis, bool) or not isinstance(axis, int) or not -rank <= axis < rank:
+            raise GraphError(
+                f"graph {self.name!r}: slice of {v.name} {shape_str(v.shape)}: axis {axis!r} is "
+                f"not an axis of a rank-{rank} value"
+            )
+        axis %= rank
+        lo, hi = Dim.of(start), Dim.of(stop)
+        minus = Dim.const(-1)
+        width, room = hi + lo * minus, v.shape[axis] + hi * minus
+        origin = f"slice of {v.name} {shape_str(v.shape)} [{lo}:{hi}] along axis {axis}"
+        for dim, what in ((width, "stop - start"), (room, "the axis's size - stop")):
+            if dim.is_int and dim.value < 0:
+                raise GraphError(f"graph {self.name!r}: {origin}: {what} is {dim.value} < 0")
+            if not dim.is_int:
+                self._guards.append(Guard("range", dim, origin, lo=0))
+        new = tuple(width if k == axis else d for k, d in enumerate(v.shape))
+        nid = len(self._nodes)
+        out = self._add(self._new_name("slice"), v.dtype, new, "node", nid)
+        options = (("axis", axis), ("start", lo), ("stop", hi))
+        self._nodes.append(Node(nid, "slice", v.dtype, (("x", v.id),), (("y", out.id),), options))
+        return out
+
     def _view(self, kind: str, x: GraphValue, shape: tuple[int | str, ...]) -> GraphValue:
         v = self._own(x, kind)
         new = tuple(Dim.of(d) for d in shape)

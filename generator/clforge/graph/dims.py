@@ -153,6 +153,8 @@ def parse_dim(text: str) -> Dim:
             return Dim.const(int(tok[1]))
         if tok[0] == "name":
             return Dim.name(tok[1])
+        if tok[1] == "-":  # as str() writes a negative coefficient: "S + -1", "-1*H"
+            return atom() * Dim.const(-1)
         if tok[1] == "(":
             inner = total()
             if peek() != ("op", ")"):

@@ -22,7 +22,10 @@ def _nodes(ir: GraphIR) -> list[str]:
         ins = ", ".join(f"{t}={'-' if v is None else ir.value(v).name}" for t, v in n.inputs)
         outs = ", ".join(ir.value(v).describe() for v in n.output_ids())
         extra = "".join(f" {k}={v}" for k, v in n.options)
-        if n.view:
+        if n.view and n.op == "slice":
+            o = dict(n.options)
+            extra = f" [{o['start']}:{o['stop']}] axis={o['axis']}"
+        elif n.view:
             extra = f" shape={shape_str(dict(n.options)['shape'])}"
         attrs = "".join(f" {k}={v}" for k, v in n.attrs)
         canon = "; ".join(f"{t} {shape_str(s)}" for t, s in n.canonical)
@@ -54,7 +57,11 @@ def explain_plan(plan: Plan, cache: Mapping[Any, Any], *, verbose: bool = False)
     for spec in cache.values():
         s = spec.summary()
         dims = ", ".join(f"{k}={v}" for k, v in s["dims"].items()) or "(no symbolic dims)"
-        specs.append(f"{dims}: slots {s['slot_bytes']} bytes")
+        specs.append(
+            f"{dims}: slots {s['slot_bytes']} bytes; {s['kernels']} kernels with their arguments "
+            f"set ahead, {s['rebound_per_call']} bound per call (the caller's buffers)"
+        )
+        specs.extend(f"  view: {note}" for note in s["views"])
         for node, step in zip(s["nodes"], spec.steps, strict=True):
             if step.step.group is not None:
                 specs.append(f"  group {step.step.group}: {node['instance']} (generated)")

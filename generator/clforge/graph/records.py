@@ -16,8 +16,9 @@ from clforge.errors import GraphError
 from clforge.graph.dims import Dim, shape_str
 
 ValueKind = Literal["input", "constant", "node"]
-# a view node makes no kernel: its output is its input's memory seen with another shape
-VIEW_OPS = ("reshape", "rebind")
+# a view node makes no kernel: its output is its input's memory seen with another shape (a
+# slice: part of it, at an offset; graph/strides.py gives a view's offset and strides)
+VIEW_OPS = ("reshape", "rebind", "slice")
 
 
 @dataclass(frozen=True)

@@ -20,18 +20,39 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
-from clforge.call.binding import bind
+from clforge.call.binding import bind, named_attrs
+from clforge.call.results import probe_array
 from clforge.conventions import CONVENTIONS
-from clforge.core.dtypes import DTYPES
 from clforge.errors import CallError, GraphError
 from clforge.graph.dims import Dim, shape_str
 from clforge.graph.records import Value
 from clforge.registry.records import OpSig
 
 # the conventions a graph node may use; the others' ops are refused by name
-SUPPORTED_CONVENTIONS = ("flat", "broadcast", "axis", "trailing", "matmul", "gemm", "permute")
+SUPPORTED_CONVENTIONS = (
+    "flat",
+    "broadcast",
+    "axis",
+    "trailing",
+    "matmul",
+    "gemm",
+    "permute",
+    "attention",
+    "conv2d",
+    "pool2d",
+    "channels",
+)
+# options a convention takes that graphs do not: (convention, option) -> (refused unless this
+# value, why). Every graph buffer is row-major and read as such (select.layouts_of), and a
+# probe array has no strides for a convention to read.
+_REFUSED_OPTIONS: dict[tuple[str, str], tuple[Any, str]] = {
+    ("conv2d", "layout"): ("NCHW", "graph buffers are row-major: give x as (N, C, H, W)"),
+}
+# inputs a convention reads the strides of (a stretched mask), which probe arrays cannot show
+_REFUSED_INPUTS: dict[tuple[str, int], str] = {
+    ("attention", 3): "a mask in a graph is not supported yet (causal=True needs none)",
+}
 _FIRST_PROBE = 101
 _SMALL_PROBE = 3
 
@@ -116,12 +137,6 @@ class Probes:
         return re.sub(r"\b\d{3,}\b", sub, text)
 
 
-def probe_array(shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """A read-only array of `shape` with all strides 0: sizes without memory."""
-    base = np.zeros(1, DTYPES[dtype].np_dtype)
-    return as_strided(base, shape, (0,) * len(shape), writeable=False)
-
-
 def infer(
     graph: str,
     sig: OpSig,
@@ -135,6 +150,7 @@ def infer(
     where = ", ".join(f"{k}={v.describe()}" for k, v in given.items())
     here = f"graph {graph!r}: {sig.name}({where})"
     dtype = _dtype(here, sig, given)
+    _refused(here, sig, given, options)
     shapes = [v.shape for v in given.values()]
     probes = Probes.for_shapes(shapes)
     try:
@@ -182,13 +198,63 @@ def infer(
         (t.name, odt[t.name], tuple(probes.dim(n) for n in finished[t.name].shape))
         for t in sig.outputs
     )
-    return Inferred(
-        dtype,
-        tuple(canonical),
-        tuple((k, probes.dim(v)) for k, v in sorted(b.dims.items())),
-        tuple(sorted(merged.items())),
-        outputs,
+    dims = tuple((k, probes.dim(v)) for k, v in sorted(b.dims.items()))
+    merged = _recheck(here, sig, given, options, attrs, probes, dims, merged)
+    return Inferred(dtype, tuple(canonical), dims, tuple(sorted(merged.items())), outputs)
+
+
+def _refused(here: str, sig: OpSig, given: Mapping[str, Value], options: Mapping[str, Any]) -> None:
+    """Refuse the options and inputs graphs do not take (_REFUSED_OPTIONS, _REFUSED_INPUTS)."""
+    for (conv, option), (allowed, why) in _REFUSED_OPTIONS.items():
+        if sig.call == conv and options.get(option, allowed) != allowed:
+            raise GraphError(
+                f"{here}: {option}={options[option]!r} is not supported in graphs; {why}"
+            )
+    for (conv, pos), why in _REFUSED_INPUTS.items():
+        if sig.call == conv and sig.inputs[pos].name in given:
+            raise GraphError(f"{here}: input {sig.inputs[pos].name!r}: {why}")
+
+
+def _recheck(
+    here: str,
+    sig: OpSig,
+    given: Mapping[str, Value],
+    options: Mapping[str, Any],
+    attrs: Mapping[str, float | int],
+    probes: Probes,
+    dims: tuple[tuple[str, Dim], ...],
+    merged: dict[str, Any],
+) -> dict[str, Any]:
+    """The call again on other primes: an op's dim that does not come back as the same `Dim`
+    is not a product of the graph's dims (a convolution's or a pool's output size from a
+    symbolic input size), which graphs refuse; an attribute the convention computes that
+    changes with the sizes (attention's default scale from a symbolic head size) is dropped
+    from the node: each specialization computes it at its sizes."""
+    if not probes.atoms:
+        return merged
+    other = Probes.for_shapes(
+        [v.shape for v in given.values()], first=max(p for p, _ in probes.atoms) + 1
     )
+    try:
+        _, merged2, b2 = _run(sig, given, options, attrs, other)
+    except (CallError, TypeError, ValueError, np.exceptions.AxisError):
+        return merged  # past the 32-bit range on the larger primes: the first run stands
+    for k, d in dims:
+        again = other.dim(b2.dims[k])
+        if again != d:
+            sizes = ", ".join(
+                f"{v.name} {shape_str(v.shape)}" for v in given.values() if not _all_int(v)
+            )
+            raise GraphError(
+                f"{here}: the op's dim {k} is not a product of the graph's dims (it comes out "
+                f"as {d} for one set of sizes and {again} for another); graphs take this op "
+                f"with the dims it is computed from as ints (symbolic: {sizes})"
+            )
+    return {k: v for k, v in merged.items() if merged2.get(k) == v}
+
+
+def _all_int(v: Value) -> bool:
+    return all(d.is_int for d in v.shape)
 
 
 def _clash(given: Mapping[str, Value]) -> str:
@@ -219,7 +285,7 @@ def _run(
     }
     conv = CONVENTIONS[sig.call]
     canon = conv.canonical(sig, {t.name: fakes.get(t.name) for t in sig.inputs}, options)
-    merged = {**canon.attrs, **dict(attrs)}
+    merged = named_attrs(sig, {**canon.attrs, **dict(attrs)})
     return canon, merged, bind(sig, canon.inputs, merged)
 
 

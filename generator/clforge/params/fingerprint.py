@@ -67,6 +67,24 @@ class Fingerprint:
             vector_registers=isa.registers if isa else 0,
         )
 
+    def as_profile(self) -> DeviceProfile:
+        """The device as far as the fingerprint records it (its ISA and vector widths; OpenCL's
+        limits, which it does not record, unbounded): what its entries' parameters are checked
+        against (the register constraints)."""
+        return DeviceProfile(
+            name=self.name,
+            vendor=self.vendor,
+            device_type=self.device_type,
+            arch=self.arch or None,
+            max_work_group_size=1 << 30,
+            compute_units=self.compute_units,
+            driver_version=self.driver,
+            preferred_vector_widths=tuple((k, w) for k, w in self.vector_widths if w),
+            vector_isa=self.vector_isa,
+            vector_bits=self.vector_bits,
+            vector_registers=self.vector_registers,
+        )
+
     def identity(self) -> dict[str, Any]:
         """What names the device (and its file): everything but the ISA fields, which follow
         from its compiler target, so that a file written before they were recorded keeps its

@@ -2,12 +2,12 @@
 
 Device, most specific first: an override (from Python or $CLFORGE_PARAMS) → a tuning file of
 this exact device → one of the same architecture → the nearest of the same vendor and device
-type (:meth:`Fingerprint.similarity`) → the spec's defaults, computed from the device's
-properties where the variant has device_params. A file of a device whose vector ISA differs from
-this one's (name, width, registers) is never read, for parameters or for the measured crossovers
-between variants; :attr:`ParamLookup.passed` says why each file was passed over. Shape, within
-a file: the exact dims → their bucket → the file's catch-all. Stale entries (measured on another
-version of the kernel) are skipped and counted."""
+type (:meth:`Fingerprint.similarity`) → the variant's device_params computed for this device
+(:mod:`clforge.params.properties`) → the spec's defaults. A file of a device whose vector ISA
+differs from this one's (name, width, registers) is never read, for parameters or for the
+measured crossovers between variants; :attr:`ParamLookup.passed` says why each file was passed
+over. Shape, within a file: the exact dims → their bucket → the file's catch-all. Stale entries
+(measured on another version of the kernel) are skipped and counted."""
 
 from __future__ import annotations
 
@@ -15,11 +15,8 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 
-from clforge.core import expressions
-from clforge.core.dtypes import DTYPES
-from clforge.device.profile import DeviceProfile, isa_of
+from clforge.device.profile import DeviceProfile
 from clforge.errors import CallError
 from clforge.params.database import (
     CATCH_ALL,
@@ -30,6 +27,7 @@ from clforge.params.database import (
     shape_distance,
 )
 from clforge.params.fingerprint import LEVEL_NAMES, Fingerprint
+from clforge.params.properties import computed, device_properties
 from clforge.params.space import Params, ParamSpace, as_params, params_text
 from clforge.registry.records import Instance
 
@@ -210,7 +208,7 @@ class ParamLookup:
             return None
         env = device_properties(self.profile, inst.dtype)
         try:
-            values = {p: _int_expr(text).evaluate(env) for p, text in inst.device_params}
+            values, read = computed(dict(inst.device_params), env)
         except (ZeroDivisionError, ValueError, ArithmeticError):
             return None
         params = space.complete(values)
@@ -220,7 +218,8 @@ class ParamLookup:
                 space.defaults,
                 f"spec default (computed from the device: {params_text(params)}, but {problem})",
             )
-        return Choice(params, "computed from the device's properties; nothing tuned applies")
+        basis = ", ".join(f"{name}={env[name]}" for name in read if name != "dtype_bits")
+        return Choice(params, f"computed for this device ({basis}); nothing tuned applies")
 
 
 def not_borrowed(name: str, why: str) -> str:
@@ -231,33 +230,3 @@ def not_borrowed(name: str, why: str) -> str:
 def _file_name(f: TuningFile) -> str:
     """How explain names a tuning file: its file name, or the device's slug for one in memory."""
     return f.path.name if f.path else f.device.slug
-
-
-def device_properties(profile: DeviceProfile, dtype: str) -> dict[str, int]:
-    """What device_params expressions may read (spec.model.DEVICE_PROPERTIES), for an instance
-    of `dtype`. A device whose vector ISA is unknown (GPUs too) reads 16 vector registers, the
-    fewest any current CPU ISA has; unknown sizes read 0."""
-    widths = dict(profile.preferred_vector_widths)
-    isa = isa_of(profile)
-    return {
-        "vector_registers": isa.registers if isa else 16,
-        "vector_bits": isa.bits if isa else 32 * widths.get("float", 1),
-        "cores": profile.cores or profile.compute_units,
-        "l1d_bytes": profile.l1d_bytes,
-        "l2_bytes": profile.l2_bytes,
-        "l3_bytes": profile.l3_bytes,
-        "sub_group_size": profile.sub_group_size,
-        "vector_width": widths.get(DTYPES[dtype].cl, 1),
-        "vector_width_float": widths.get("float", 1),
-        "vector_width_double": widths.get("double", 1),
-        "vector_width_half": widths.get("half", 0),
-        "vector_width_int": widths.get("int", 1),
-        "compute_units": profile.compute_units,
-        "max_work_group_size": profile.max_work_group_size,
-        "local_mem_bytes": profile.local_mem_bytes,
-    }
-
-
-@cache
-def _int_expr(text: str) -> expressions.Expr:
-    return expressions.parse(text, "int")

@@ -1,6 +1,9 @@
 """A variant's parameter space: its spec defaults, its tunables, its constraints, and the
 device's limits (work-group size, local memory) that prune it. A spec default stays valid
-everywhere; every other point must meet the constraints."""
+everywhere; every other point must meet the constraints, which name params and the device's
+register file (`vector_registers`, `vector_bits`, and the element's `dtype_bits`:
+:func:`clforge.params.properties.register_file`;
+with no device named, the widest ISA's)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from functools import cache
 from clforge.core import expressions
 from clforge.device.profile import DeviceProfile
 from clforge.errors import CallError
+from clforge.params.properties import register_file
 from clforge.registry.records import Instance
 
 Params = tuple[tuple[str, int], ...]  # sorted (name, value) pairs: hashable, deterministic
@@ -62,16 +66,19 @@ class ParamSpace:
         return as_params({**dict(self.instance.params), **chosen})
 
     def problem(self, params: Params, profile: DeviceProfile | None = None) -> str | None:
-        """Why `params` cannot be used (a constraint, a device limit), or None."""
-        env = dict(params)
+        """Why `params` cannot be used (a constraint, a device limit), or None. Constraints read
+        the register file of `profile` (of the widest ISA where None)."""
+        env = {**register_file(profile, self.instance.dtype), **dict(params)}
         for text in self.instance.constraints:
             if not _parsed(text).holds(env):
-                return f"constraint {text!r} does not hold for {params_text(params)}"
+                where = "" if profile is None else f" on {profile.name}"
+                return f"constraint {text!r} does not hold for {params_text(params)}{where}"
         if profile is not None and self.instance.launch.local_size is not None:
             try:  # local sizes are params-only expressions in practice; dims read as 1
                 dims = dict.fromkeys(_names(self.instance), 1)
                 local = [
-                    _sized(e).evaluate({**dims, **env}) for e in self.instance.launch.local_size
+                    _sized(e).evaluate({**dims, **dict(params)})
+                    for e in self.instance.launch.local_size
                 ]
             except (ZeroDivisionError, ValueError):
                 local = []

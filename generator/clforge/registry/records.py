@@ -29,6 +29,8 @@ class AttrSig:
     name: str
     type: Literal["int", "float"]
     default: int | float | None = None
+    # an int attribute's values by name, as PyTorch spells them (gelu: none 0, tanh 1)
+    names: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,8 @@ class Instance:
     tunables: tuple[tuple[str, tuple[int, ...]], ...] = field(default=())
     # params computed from device properties where nothing tuned applies: (param, expression)
     device_params: tuple[tuple[str, str], ...] = ()
-    constraints: tuple[str, ...] = ()  # param-only conditions every tuned choice must meet
+    # conditions over params and the register file every tuned choice must meet
+    constraints: tuple[str, ...] = ()
     build_options: str = ""  # passed to clBuildProgram
     # the output whose stores pass through the template's epilogue hook (None: no epilogue
     # point; a graph does not fuse elementwise ops into this instance)

@@ -128,6 +128,7 @@ class Runtime:
         self.cache = cache if cache is not None else ProgramCache.default()
         self._kernels: dict[tuple[str, Params], cl.Kernel] = {}
         self._sources: dict[tuple[str, Params], str] = {}
+        self._helpers: dict[str, cl.Kernel] = {}  # kernels of the runtime's own, by name
         # a kernel holds its arguments: binding and enqueueing are one step under this lock
         self.lock = threading.RLock()
         self.dummy = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, 64)  # for empty tensors
@@ -201,6 +202,17 @@ class Runtime:
                     ]
                 )
                 self._kernels[key] = k
+        return k
+
+    def helper_kernel(self, name: str, source: str, entry: str) -> cl.Kernel:
+        """Kernel `entry` of `source`, a small kernel of clforge's own that is no op (a view's
+        gather copy), built once per runtime through the program cache. Shared: bind and enqueue
+        it under :attr:`lock`."""
+        k = self._helpers.get(name)
+        if k is None:
+            with self.lock:
+                prog = self.cache.program(self.context, self.device, name, source)
+                k = self._helpers[name] = getattr(prog, entry)
         return k
 
     # --- planning and launching -------------------------------------------------------------
@@ -311,6 +323,85 @@ class Runtime:
                     launch.geometry.global_size,
                     launch.geometry.local_size,
                 )
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class ReadyLaunch:
+    """One kernel with every argument set ahead but the call's own buffers: a kernel object of
+    its own (a `cl.Kernel` holds its arguments, and the runtime's kernels are shared by every
+    plan of their instance), its NDRange, and which argument takes which of the call's
+    buffers (by index into the list a call passes to :func:`run_ready`)."""
+
+    kernel: cl.Kernel
+    global_size: tuple[int, ...]
+    local_size: tuple[int, ...] | None
+    rebind: tuple[tuple[int, int], ...]  # (argument index, index of the call's buffer)
+    # the buffer each rebound argument holds now (by rebind position): a call that passes the
+    # same buffer object again skips its set_arg (held until the next call rebinds it)
+    bound: list[Any] = dataclasses.field(default_factory=list)
+
+
+@dataclass(frozen=True, eq=False)
+class Ready:
+    """A plan's kernels made ready (:func:`ready`), and what their fixed arguments hold on to:
+    the scratch buffers between a routine's steps, allocated once."""
+
+    launches: tuple[ReadyLaunch, ...]
+    held: tuple[Any, ...]
+
+
+def ready(
+    rt: Runtime, plan: LaunchPlan, fixed: Mapping[str, Any], per_call: Mapping[str, int]
+) -> Ready:
+    """`plan`'s kernels with their arguments set once: the scalars, the buffers in `fixed` (by
+    tensor name: constants, a compiled model's slots) and scratch buffers of their own. The
+    tensors in `per_call` are left to each call, which passes a list of buffers: tensor `t` is
+    the buffer at index `per_call[t]` (:func:`run_ready`). One ready plan is run by one caller
+    at a time (its scratch and its kernels' arguments are its own)."""
+    bound: dict[str, Any] = dict(fixed)
+    held = []
+    for name, elements, dt in plan.scratch:
+        if elements > 0:
+            held.append(cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, elements * dt.itemsize))
+            bound[name] = held[-1]
+        else:
+            bound[name] = rt.dummy
+    out = []
+    with rt.lock:
+        for launch in plan.launches:
+            k = cl.Kernel(launch.kernel.program, launch.kernel.function_name)
+            for i, a in enumerate(launch.args):
+                if a is not None:
+                    k.set_arg(i, a)
+            rebind = []
+            for i, name in launch.buffers:
+                if name in per_call:
+                    rebind.append((i, per_call[name]))
+                else:
+                    k.set_arg(i, bound[name])
+            geo = launch.geometry
+            out.append(
+                ReadyLaunch(k, geo.global_size, geo.local_size, tuple(rebind), [None] * len(rebind))
+            )
+    return Ready(tuple(out), tuple(held))
+
+
+def run_ready(queue: cl.CommandQueue, launches: tuple[ReadyLaunch, ...], buffers: Any) -> None:
+    """Enqueue ready kernels in order, binding only the call's `buffers` (indexed by each
+    launch's `rebind`): per kernel a `set_arg` per buffer of the call that is not the one it
+    holds already, and pyopencl's enqueue (a C++ entry point: nothing left to check in
+    Python)."""
+    enqueue = cl.enqueue_nd_range_kernel
+    for launch in launches:
+        k = launch.kernel
+        if launch.rebind:
+            bound = launch.bound
+            for n, (i, j) in enumerate(launch.rebind):
+                buf = buffers[j]
+                if bound[n] is not buf:
+                    k.set_arg(i, buf)
+                    bound[n] = buf
+        enqueue(queue, k, launch.global_size, launch.local_size)
 
 
 @cache

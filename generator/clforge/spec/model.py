@@ -97,6 +97,19 @@ class AttrSpec(_Model):
         None, description="value used when a call does not pass it; none: the call must"
     )
     doc: StrictStr = Field("", description="what the attribute means")
+    names: dict[StrictStr, StrictInt] = Field(
+        default_factory=dict,
+        description=(
+            "an int attribute's values by name, as PyTorch spells them (gelu's approximate: "
+            "{none: 0, tanh: 1}); an eager call may pass the name instead of the number"
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _names_of_ints(self) -> AttrSpec:
+        if self.names and self.type != "int":
+            raise ValueError("names: only an int attribute has named values")
+        return self
 
 
 class CheckSpec(_Model):
@@ -146,7 +159,10 @@ DEVICE_PROPERTIES = (
     "l2_bytes",
     "l3_bytes",
     "sub_group_size",
+    "dtype_bits",  # the width of the instance's element (32 for f32)
 )
+# what a variant's constraints may read beside params: the register file (params.properties)
+CONSTRAINT_PROPERTIES = ("vector_registers", "vector_bits", "dtype_bits")
 
 
 class StepSpec(_Model):
@@ -210,12 +226,15 @@ class VariantSpec(_Model):
     device_params: dict[StrictStr, StrictStr] = Field(
         default_factory=dict,
         description="params computed from the device where nothing tuned applies: integer "
-        "expressions over " + ", ".join(DEVICE_PROPERTIES),
+        "expressions over " + ", ".join(DEVICE_PROPERTIES) + " and the variant's other "
+        "device_params",
     )
     constraints: tuple[StrictStr, ...] = Field(
         (),
-        description="conditions over params only (guard language) that every tried combination "
-        "of params and tunables must satisfy, the defaults included",
+        description="conditions over params and the device's register file (guard language; "
+        + ", ".join(CONSTRAINT_PROPERTIES)
+        + ") that every tried combination of params and tunables must satisfy, the defaults "
+        "included",
     )
     when: StrictStr | None = Field(
         None, description="guard over dims and params, checked for each call"

@@ -22,7 +22,9 @@ def signature_of(spec: OpSpec, path: str) -> OpSig:
         dims=spec.dims,
         inputs=tensors(spec.inputs),
         outputs=tensors(spec.outputs),
-        attrs=tuple(AttrSig(n, a.type, a.default) for n, a in spec.attrs.items()),
+        attrs=tuple(
+            AttrSig(n, a.type, a.default, tuple(a.names.items())) for n, a in spec.attrs.items()
+        ),
         dtypes=spec.dtypes,
         spec=path,
         derived=tuple(spec.derived.items()),

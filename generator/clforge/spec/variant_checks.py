@@ -11,11 +11,13 @@ from pathlib import Path
 
 from clforge.core import expressions
 from clforge.core.diagnostics import Collector, KeyPath, dotted
+from clforge.core.dtypes import DTYPES
 from clforge.core.identifiers import identifier_problem
 from clforge.core.targets import parse_target
 from clforge.core.tree import DEFAULT, SHARED_TEMPLATES, Tree
 from clforge.errors import GuardError
-from clforge.spec.model import DEVICE_PROPERTIES, OpSpec, VariantSpec
+from clforge.params.properties import ANY_DEVICE, evaluation_order
+from clforge.spec.model import CONSTRAINT_PROPERTIES, DEVICE_PROPERTIES, OpSpec, VariantSpec
 
 # build options a spec may give: they reach clBuildProgram, so only known, harmless ones
 BUILD_OPTION = re.compile(
@@ -108,7 +110,7 @@ def check_variant(
     for part in ("global_size", "local_size"):
         for j, e in enumerate(getattr(v.launch, part, None) or ()):
             check_expr(col, (*key, "launch", part, j), str(e), "int", scope)
-    _check_constraints(col, v, key)
+    _check_constraints(col, v, key, v.dtypes or spec.dtypes)
     for p, text in v.device_params.items():
         if p not in v.params:
             col.add(
@@ -122,9 +124,10 @@ def check_variant(
             (*key, "device_params", p),
             text,
             "int",
-            set(DEVICE_PROPERTIES),
-            "not a device property",
+            set(DEVICE_PROPERTIES) | (set(v.device_params) - {p}),
+            "neither a device property nor another of the variant's device_params",
         )
+    _check_device_params_order(col, v, key)
     for j, option in enumerate(v.build_options):
         if not BUILD_OPTION.fullmatch(option):
             col.add(
@@ -159,7 +162,8 @@ _GUARD_HINTS = {
 }
 _DIM_OR_PARAM = "neither a dim nor a param of this variant"
 _PARAM_ONLY = (
-    "not a param of this variant (constraints name params only; put conditions on dims in when:)"
+    "neither a param of this variant nor the device's register file (constraints name params, "
+    f"{', '.join(CONSTRAINT_PROPERTIES)}; put conditions on dims in when:)"
 )
 
 
@@ -192,14 +196,44 @@ def check_expr(
     return expr
 
 
+def _check_device_params_order(col: Collector, v: VariantSpec, key: KeyPath) -> None:
+    """The device_params that read each other must not do so in a cycle."""
+    reads: dict[str, set[str]] = {}
+    for p, text in v.device_params.items():
+        try:
+            reads[p] = set(expressions.parse(text, "int").names)
+        except GuardError:
+            return  # check_expr reports it
+    if evaluation_order(reads) is None:
+        col.add(
+            (*key, "device_params"),
+            "tunable",
+            f"variant {v.name}: device_params read each other in a cycle "
+            f"({', '.join(sorted(reads))}); each may read only those computed before it",
+            at_key=True,
+        )
+
+
 MAX_COMBINATIONS = 100_000  # tunable combinations searched for one that meets the constraints
 
 
-def _check_constraints(col: Collector, v: VariantSpec, key: KeyPath) -> None:
-    """Each constraint parses, names only params, and holds for the default params; some
-    combination of tunable values satisfies them all."""
+def _register_env(dtypes: tuple[str, ...] | list[str] = ()) -> dict[str, int]:
+    """The register file constraints read where no device is named: the widest ISA's
+    (params.properties.ANY_DEVICE), with the widest of `dtypes`' elements (the narrowest, 8
+    bits, where none is given: the search for a combination that holds on some device)."""
+    bits = max((8 * DTYPES[d].size for d in dtypes if d in DTYPES), default=8)
+    return {**ANY_DEVICE, "dtype_bits": bits}
+
+
+def _check_constraints(
+    col: Collector, v: VariantSpec, key: KeyPath, dtypes: tuple[str, ...] | list[str]
+) -> None:
+    """Each constraint parses, names only params and the register file, and holds for the
+    default params on the widest ISA with the variant's widest dtype; some combination of
+    tunable values satisfies them all."""
+    scope = set(v.params) | set(CONSTRAINT_PROPERTIES)
     exprs = [
-        check_expr(col, (*key, "constraints", j), c, "bool", set(v.params), _PARAM_ONLY)
+        check_expr(col, (*key, "constraints", j), c, "bool", scope, _PARAM_ONLY)
         for j, c in enumerate(v.constraints)
     ]
     checked = [e for e in exprs if e is not None]
@@ -208,9 +242,10 @@ def _check_constraints(col: Collector, v: VariantSpec, key: KeyPath) -> None:
     defaults = dict(v.params)
     shown = ", ".join(f"{p}={n}" for p, n in defaults.items())
     broken = False
+    at_defaults = {**_register_env(dtypes), **defaults}
     for j, expr in enumerate(checked):
         try:
-            holds = expr.holds(defaults)
+            holds = expr.holds(at_defaults)
         except GuardError as exc:
             col.add(
                 (*key, "constraints", j),
@@ -252,10 +287,11 @@ def satisfying(v: VariantSpec, checked: list[expressions.Expr]) -> Iterator[dict
     """Every combination of `v`'s params and tunable values that meets all of `checked` (its
     parsed constraints), in product order; one that cannot be evaluated does not."""
     defaults = dict(v.params)
+    device = _register_env()
     for combo in itertools.product(*(v.tunables.get(p) or (n,) for p, n in defaults.items())):
         env = dict(zip(defaults, combo, strict=True))
         try:
-            if all(e.holds(env) for e in checked):
+            if all(e.holds({**device, **env}) for e in checked):
                 yield env
         except GuardError:
             continue

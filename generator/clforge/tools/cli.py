@@ -305,9 +305,11 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     profiles = PROFILES_DIR
     if args.list:
-        for stem in shipped_profiles(profiles):
+        stems = shipped_profiles(profiles)
+        width = max((len(stem) for stem in stems), default=0)
+        for stem in stems:
             p = load_profile(profiles / f"{stem}.yaml")
-            print(f"{stem:16} {p.name} ({p.vendor} {p.device_type}, arch {p.arch or '-'})")
+            print(f"{stem:{width}} {p.name} ({p.vendor} {p.device_type}, arch {p.arch or '-'})")
         return 0
     sys.stdout.write(dump_profile(find_profile(args.device, profiles_dir=profiles)))
     return 0
@@ -676,10 +678,11 @@ def build_parser() -> argparse.ArgumentParser:
     d = add("demo", help="run every op on the default device, checked against NumPy")
     d.set_defaults(func=cmd_demo)
 
-    from clforge.tools import tune_cmd, verify_cmd
+    from clforge.tools import graph_cmd, tune_cmd, verify_cmd
 
     tune_cmd.add_parser(sub, _tree, parents=[common])
     verify_cmd.add_parser(sub, _tree, parents=[common])
+    graph_cmd.add_parser(sub, _tree, parents=[common])
     return parser
 
 

@@ -178,14 +178,18 @@ def candidates(
     nearest: int | None = None,
     incumbent: Params | None = None,
 ) -> list[Params]:
-    """The candidates of a job: the default first, then the spec defaults, then `incumbent` (the
+    """The candidates of a job: the default first, then the spec defaults (where they meet the
+    constraints on this device), then `incumbent` (the
     tuned set the chain gives the job's shape now, if any), then the rest of the space: all of a
     small one, else a sample in a fixed pseudo-random order (the budget decides how far it
     gets); or, with `nearest` (a quick tune), only the `nearest` points closest to the default
     (:func:`distance`)."""
     space = ParamSpace(job.inst)
     points = list(space.candidates(profile))
-    head = list(dict.fromkeys([default, *points[:1], *([incumbent] if incumbent else [])]))
+    # the spec defaults only where they fit this device (a block sized for AVX-512's registers
+    # breaks the register constraint on AVX2's, and is not worth measuring there)
+    spec = [p for p in points[:1] if space.problem(p, profile) is None]
+    head = list(dict.fromkeys([default, *spec, *([incumbent] if incumbent else [])]))
     rest = [p for p in points[1:] if p not in head]
     if nearest is not None:
         return head + sorted(rest, key=lambda p: distance(p, default))[:nearest]
@@ -486,15 +490,20 @@ def _entries(results: Iterable[Tuned]) -> list[Entry]:
 
 
 def stale_entries(reg: Registry, files: Iterable[TuningFile]) -> list[tuple[str, Entry, str]]:
-    """(file, entry, why) for every entry that no longer applies to the registry."""
+    """(file, entry, why) for every entry that no longer applies to the registry: its instance
+    is gone, its kernel or parameter schema changed, or its parameters break a constraint on the
+    file's own device (a register block its registers do not hold)."""
     out = []
     for f in files:
+        device = f.device.as_profile()
         for e in f.entries:
             inst = reg.instances.get(e.instance)
             if inst is None:
                 out.append((str(f.path), e, "the instance no longer exists"))
             elif schema_hash(inst) != e.sha:
                 out.append((str(f.path), e, "the kernel or its parameter schema changed"))
+            elif (problem := ParamSpace(inst).problem(e.params, device)) is not None:
+                out.append((str(f.path), e, f"its parameters no longer fit its device: {problem}"))
     return out
 
 

@@ -8,9 +8,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 import numpy as np
+import pyopencl as cl
 import pyopencl.array as cla
 
 from clforge.call.dispatcher import dispatcher
@@ -93,4 +95,79 @@ def bench_first_call(repeats: int = 3) -> dict[str, float]:
         "cold_s": statistics.median(cold),
         "warm_s": statistics.median(warm),
         "repeats": repeats,
+    }
+
+
+def bench_host_per_kernel(
+    kernels: int = 64, n: int = 16, rounds: int = 7, inner: int = 200
+) -> dict[str, Any]:
+    """Host time per kernel of a compiled model against the same ops as eager calls: a chain of
+    `kernels` adds of `n` f32 on device arrays (y = y + x, each reading the previous result),
+    kernels so small that the host's work is what is timed. Each call is timed alone with
+    `time.perf_counter_ns`, the queue drained after it outside the timed part (host time only);
+    a round's figure is the mean of `inner` calls over the kernels they launch, and the result
+    the median of `rounds` rounds, with the lowest and highest. Beside them, the floor: the
+    bare `enqueue_nd_range_kernel` of the model's ready kernels, what the driver alone costs."""
+    from clforge.call.compiled import TensorType
+    from clforge.generated import ops
+    from clforge.graph import Graph
+
+    d = dispatcher()
+    q = d.runtime.queue
+    g = Graph("add_chain")
+    x = g.input("x", TensorType("f32", (n,)))
+    y = x
+    for _ in range(kernels):
+        y = g.ops.add(y, x)
+    g.output(y)
+    model = g.compile()
+    xd = cla.to_device(q, np.ones(n, np.float32))
+
+    def compiled() -> Any:
+        return model(xd)
+
+    def eager() -> Any:
+        out = xd
+        for _ in range(kernels):
+            out = ops.add(out, xd)
+        return out
+
+    want = float(kernels + 1)
+    for fn in (compiled, eager):  # warm, and checked: every element is kernels + 1
+        got = fn().get()
+        if not np.all(got == want):  # pragma: no cover - a wrong result is not timed
+            raise AssertionError(f"host-per-kernel chain: got {got[:4]}, expected {want}")
+    (spec,) = model.cache.values()
+    launched = len(spec.launches)
+
+    def floor() -> None:  # the bare enqueues of the same ready kernels, nothing else
+        for launch in spec.launches:
+            cl.enqueue_nd_range_kernel(q, launch.kernel, launch.global_size, launch.local_size)
+
+    def per_kernel_us(fn: Any) -> float:
+        total = 0
+        for _ in range(inner):
+            t0 = time.perf_counter_ns()
+            fn()
+            total += time.perf_counter_ns() - t0
+            q.finish()
+        return total / inner / kernels / 1e3
+
+    t_compiled, t_eager, t_floor = [], [], []
+    for _ in range(rounds):  # interleaved, so drift hits all three
+        t_compiled.append(per_kernel_us(compiled))
+        t_eager.append(per_kernel_us(eager))
+        t_floor.append(per_kernel_us(floor))
+    return {
+        "kernels": kernels,
+        "launched": launched,
+        "n": n,
+        "compiled_us": statistics.median(t_compiled),
+        "compiled_range_us": (min(t_compiled), max(t_compiled)),
+        "eager_us": statistics.median(t_eager),
+        "eager_range_us": (min(t_eager), max(t_eager)),
+        "enqueue_us": statistics.median(t_floor),
+        "enqueue_range_us": (min(t_floor), max(t_floor)),
+        "rounds": rounds,
+        "inner": inner,
     }

@@ -363,6 +363,7 @@ def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -
         f"{over['repeats']} runs of {over['inner']}):",
         f"  raw pyopencl launch {over['raw_us']:.1f} us, eager ops.add {over['eager_us']:.1f} us,"
         f" ratio {over['ratio']:.2f}x  ({over['instance']})",
+        *per_kernel_lines(over.get("per_kernel")),
         "",
         f"throughput on device arrays (no transfers), higher is better: each figure the median "
         f"of {report['rounds']} round(s), [lowest-highest] beside it;",
@@ -399,3 +400,20 @@ def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -
         f"  cold caches {first['cold_s']:.2f} s, warm caches {first['warm_s']:.2f} s",
     ]
     return "\n".join(lines) + "\n"
+
+
+def per_kernel_lines(pk: dict[str, Any] | None) -> list[str]:
+    """The host time per kernel of a compiled model beside eager calls (overhead.py)."""
+    if not pk:
+        return []
+
+    def fig(key: str) -> str:
+        lo, hi = pk[f"{key}_range_us"]
+        return f"{pk[f'{key}_us']:.2f} us [{lo:.2f}-{hi:.2f}]"
+
+    return [
+        f"host time per kernel, a chain of {pk['kernels']} adds of {pk['n']} f32 on device arrays "
+        f"(median of {pk['rounds']} rounds of {pk['inner']} calls, [lowest-highest]):",
+        f"  compiled model {fig('compiled')}, eager calls {fig('eager')}, the driver's bare "
+        f"enqueue {fig('enqueue')}",
+    ]

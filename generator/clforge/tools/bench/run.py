@@ -25,7 +25,10 @@ from clforge.tools.bench.bandwidth import Bandwidth, Copier
 from clforge.tools.bench.cases import run_cases
 from clforge.tools.bench.chart import write_chart
 from clforge.tools.bench.clforge_side import Figures, GenericPace, requests, time_case
-from clforge.tools.bench.overhead import bench_first_call, bench_overhead
+from clforge.tools.bench.model_run import model_text, run_models
+from clforge.tools.bench.models import MODEL_KINDS
+from clforge.tools.bench.models import selected as model_cases
+from clforge.tools.bench.overhead import bench_first_call, bench_host_per_kernel, bench_overhead
 from clforge.tools.bench.peers import PEERS, PeerProcess
 from clforge.tools.bench.protocol import Outcome, Timing
 from clforge.tools.bench.report import make_rows, text
@@ -94,6 +97,12 @@ def run_bench(
         s = dataclasses.replace(s, rounds=rounds)
     out_dir = out_dir or DEFAULT.root / "bench-results"
     d = dispatcher()
+    # the model cases (block, mlp) by their kind; --ops naming only those runs only them
+    kinds = None if ops is None else [o for o in ops if o in MODEL_KINDS]
+    models = model_cases(quick, kinds) if kinds is None or kinds else []
+    if ops is not None and not [o for o in ops if o not in MODEL_KINDS]:
+        return _models_only(d, models, s, out_dir, as_json)
+    ops = None if ops is None else [o for o in ops if o not in MODEL_KINDS]
     cases = run_cases(d.registry, quick, ops)
     reqs = requests(d.registry, cases)
     progress(f"copy bandwidth ({s.copy_bytes // 2**20} MiB)")
@@ -101,6 +110,9 @@ def run_bench(
     bw = copier.measure(s.timing, s.copy_bytes)
     progress("per-call overhead")
     over = bench_overhead(*s.overhead)
+    progress("host time per kernel, compiled model and eager")
+    rounds, _, calls = s.overhead
+    over["per_kernel"] = bench_host_per_kernel(rounds=2 * rounds + 1, inner=calls // 10)
     pace = GenericPace(s.generic_budget_s)
     per_case: list[list[Figures]] = [[] for _ in cases]
     bare = untuned_dispatcher(d) if untuned else None
@@ -130,6 +142,7 @@ def run_bench(
         for proc in processes:
             proc.close()
     runs = [proc.run(outcomes) for proc, outcomes in zip(processes, per_peer, strict=True)]
+    model_rows = run_models(d, models, s.timing, s.rounds, s.peer_timeout_s, progress)
     progress("first call in fresh processes")
     first = bench_first_call(s.first_call_repeats)
     mode = "tuned" if resources.tuning_on() else "untuned"
@@ -163,8 +176,9 @@ def run_bench(
         "overhead": over,
         "throughput": rows,
         "first_call": first,
+        "models": model_rows,
     }
-    body = text(report, rows, runs)
+    body = text(report, rows, runs) + ("\n" + model_text(model_rows, s.rounds) if models else "")
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     (out_dir / "bench.txt").write_text(body, encoding="utf-8")
@@ -179,3 +193,20 @@ def run_bench(
     else:
         print(body + "\n" + report_line)
     return 0
+
+
+def _models_only(
+    d: Dispatcher, models: list[Any], s: Settings, out_dir: Path, as_json: bool
+) -> int:
+    """`--ops block,mlp`: the model cases alone (no op cases, copy bandwidth or overheads),
+    written to DIR as bench-models.txt and bench-models.json."""
+    rows = run_models(d, models, s.timing, s.rounds, s.peer_timeout_s, progress)
+    report = {"commit": commit(DEFAULT.root), "device": d.profile.name, "rounds": s.rounds}
+    report |= {"timing": s.timing, "models": rows}
+    body = model_text(rows, s.rounds)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench-models.json").write_text(json.dumps(report, indent=2) + "\n", "utf-8")
+    (out_dir / "bench-models.txt").write_text(body, encoding="utf-8")
+    print(json.dumps(report, indent=2) if as_json else body)
+    print(f"wrote {DEFAULT.rel(out_dir)}/: bench-models.txt, bench-models.json", file=sys.stderr)
+    return 0 if all(r["agree"] for r in rows) else 1

@@ -51,7 +51,12 @@ def main(argv: list[str]) -> int:
         return 0
     for line in sys.stdin:
         job = json.loads(line)
-        send(answer(job["request"], job["timing"]))
+        if "model" in job["request"]:  # a model case (.models): the whole model, one call
+            from clforge.tools.bench.model_sides import answer as model_answer
+
+            send(model_answer(argv[0], job["request"], job["timing"]))
+        else:
+            send(answer(job["request"], job["timing"]))
     return 0
 
 

@@ -1,0 +1,396 @@
+"""The ONNX importer: small models built with onnx.helper, imported (clforge.graph.from_onnx),
+compiled and run on the device, against ONNX Runtime's output and NumPy's, at odd sizes with
+symbolic dims; a model with operators clforge lacks fails once, naming each; `clforge
+explain-graph` on an .onnx file and on a saved model."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from clforge.errors import GraphError  # noqa: E402
+from clforge.graph import from_onnx  # noqa: E402
+from clforge.graph.onnx_import import supported_onnx_ops  # noqa: E402
+from clforge.tools.cli import main  # noqa: E402
+
+rng = np.random.default_rng(3)
+F32 = TensorProto.FLOAT
+SIZES = [{"S": 7, "D": 5, "B": 3}, {"S": 1, "D": 1, "B": 1}]
+
+
+def rand(*shape: int, positive: bool = False) -> np.ndarray:
+    a = rng.standard_normal(shape)
+    return (np.abs(a) + 0.5 if positive else a).astype(np.float32)
+
+
+def make(
+    nodes: list[Any],
+    inputs: dict[str, tuple[Any, ...]],
+    inits: dict[str, np.ndarray] | None = None,
+    opset: int = 18,
+    out_type: int = F32,
+) -> Any:
+    graph = helper.make_graph(
+        nodes,
+        "t",
+        [helper.make_tensor_value_info(k, F32, list(s)) for k, s in inputs.items()],
+        [helper.make_tensor_value_info("y", out_type, None)],
+        initializer=[numpy_helper.from_array(v, k) for k, v in (inits or {}).items()],
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = helper.find_min_ir_version_for(m.opset_import, ignore_unknown=True)
+    return m
+
+
+def run_both(m: Any, feeds: dict[str, np.ndarray], compiled: Any = None) -> tuple[Any, Any]:
+    """(clforge's output, ORT's) for the same feeds."""
+    ort = pytest.importorskip("onnxruntime")
+    compiled = compiled or from_onnx(m).compile()
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return compiled(**feeds), sess.run(None, feeds)[0]
+
+
+def n(op: str, inputs: list[str], out: str = "y", **attrs: Any) -> Any:
+    return helper.make_node(op, inputs, [out], name=f"{op.lower()}_{out}", **attrs)
+
+
+def _ln(x: np.ndarray, g: np.ndarray, b: np.ndarray, k: int, eps: float) -> np.ndarray:
+    axes = tuple(range(x.ndim - k, x.ndim))
+    mu = x.mean(axes, keepdims=True)
+    return (x - mu) / np.sqrt(x.var(axes, keepdims=True) + eps) * g + b
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+W = rand(5, 4)
+# id -> (nodes, inputs with symbolic dims, initializers, opset, NumPy's result from (feeds, s))
+CASES: dict[str, tuple[list[Any], dict[str, tuple[Any, ...]], dict[str, Any], int, Any]] = {
+    "gemm_trans_alpha_beta": (
+        [n("Gemm", ["a", "w", "c"], transA=1, transB=1, alpha=0.5, beta=2.0)],
+        {"a": (5, "S")},
+        {"w": rand(4, 5), "c": rand(4)},
+        18,
+        lambda f, i: 0.5 * f["a"].T @ i["w"].T + 2.0 * i["c"],
+    ),
+    "matmul_add_relu": (
+        [n("MatMul", ["x", "w"], "m"), n("Add", ["m", "b"], "s"), n("Relu", ["s"])],
+        {"x": ("B", "S", 5)},
+        {"w": W, "b": rand(4)},
+        18,
+        lambda f, i: np.maximum(f["x"] @ i["w"] + i["b"], 0),
+    ),
+    "softmax_axis_opset13": (
+        [n("Softmax", ["x"], axis=1)],
+        {"x": ("B", "S", "D")},
+        {},
+        13,
+        lambda f, i: _softmax(f["x"], 1),
+    ),
+    "softmax_opset11_flattens": (
+        [n("Softmax", ["x"], axis=1)],
+        {"x": ("B", "S", "D")},
+        {},
+        11,
+        lambda f, i: _softmax(f["x"].reshape(f["x"].shape[0], -1), 1).reshape(f["x"].shape),
+    ),
+    "reduce_mean_axes_attribute": (
+        [n("ReduceMean", ["x"], axes=[1], keepdims=0)],
+        {"x": ("B", "S", "D")},
+        {},
+        13,
+        lambda f, i: f["x"].mean(1),
+    ),
+    "reduce_sum_axes_input": (
+        [n("ReduceSum", ["x", "axes"], keepdims=1)],
+        {"x": ("B", "S", "D")},
+        {"axes": np.array([-2, -1], np.int64)},
+        13,
+        lambda f, i: f["x"].sum((1, 2), keepdims=True),
+    ),
+    "reduce_max_opset18_all_axes": (
+        [n("ReduceMax", ["x"], keepdims=0)],
+        {"x": ("S", "D")},
+        {},
+        18,
+        lambda f, i: f["x"].max(),
+    ),
+    "layer_norm_two_axes": (
+        [n("LayerNormalization", ["x", "g", "b"], axis=-2, epsilon=1e-3)],
+        {"x": ("S", 3, 4)},
+        {"g": rand(3, 4), "b": rand(3, 4)},
+        18,
+        lambda f, i: _ln(f["x"], i["g"], i["b"], 2, 1e-3),
+    ),
+    "gelu_tanh_and_exact": (
+        [n("Gelu", ["x"], "t", approximate="tanh"), n("Gelu", ["t"])],
+        {"x": ("S", "D")},
+        {},
+        20,
+        None,
+    ),
+    "binary_broadcast": (
+        [
+            n("Sub", ["x", "c"], "s"),
+            n("Mul", ["s", "x"], "m"),
+            n("Div", ["m", "p"], "d"),
+            n("Pow", ["p", "two"], "q"),
+            n("Add", ["d", "q"]),
+        ],
+        {"x": ("S", "D"), "p": ("S", 1)},
+        {"c": rand(1), "two": np.array(2.0, np.float32)},
+        18,
+        lambda f, i: (f["x"] - i["c"]) * f["x"] / f["p"] + f["p"] ** 2,
+    ),
+    "unary_chain": (
+        [
+            n("Tanh", ["x"], "a"),
+            n("Sigmoid", ["a"], "b"),
+            n("Dropout", ["b"], "bd"),
+            n("Exp", ["bd"], "c"),
+            n("Reciprocal", ["c"], "r"),
+            n("Neg", ["r"]),
+        ],
+        {"x": ("S", "D")},
+        {},
+        18,
+        lambda f, i: -1 / np.exp(1 / (1 + np.exp(-np.tanh(f["x"])))),
+    ),
+    "transpose_reshape": (
+        [
+            n("Transpose", ["x"], "t", perm=[1, 0, 2]),
+            n("Reshape", ["t", "shape"], "r"),
+            n("Transpose", ["r"]),
+        ],
+        {"x": ("B", "S", 6)},
+        {"shape": np.array([0, -1, 2], np.int64)},
+        18,
+        lambda f, i: f["x"].transpose(1, 0, 2).reshape(f["x"].shape[1], -1, 2).T,
+    ),
+    "cast_where_max_min": (
+        [
+            n("Where", ["cond", "x", "z"], "w"),
+            n("Max", ["w", "x", "z"], "mx"),
+            n("Min", ["mx", "z"], "mn"),
+            n("Cast", ["mn"], to=TensorProto.DOUBLE),
+        ],
+        {"x": ("S", 4)},
+        {"cond": np.array([True, False, True, False]), "z": rand(4)},
+        18,
+        lambda f, i: np.minimum(
+            np.maximum(np.where(i["cond"], f["x"], i["z"]), np.maximum(f["x"], i["z"])), i["z"]
+        ).astype(np.float64),
+    ),
+    "squeeze_unsqueeze_flatten": (
+        [
+            n("Unsqueeze", ["x", "ax"], "u"),
+            n("Squeeze", ["u", "ax"], "s"),
+            n("Flatten", ["s"], axis=1),
+        ],
+        {"x": ("B", "S", "D")},
+        {"ax": np.array([0, 3], np.int64)},
+        18,
+        lambda f, i: f["x"].reshape(f["x"].shape[0], -1),
+    ),
+    "attention_causal": (
+        [n("Attention", ["x", "x", "x"], is_causal=1)],
+        {"x": ("B", 2, "S", 4)},
+        {},
+        23,
+        None,
+    ),
+    "conv_pools_batch_norm": (
+        [
+            n("Conv", ["x", "k", "kb"], "c", pads=[1, 0, 1, 0], strides=[2, 1]),
+            n("BatchNormalization", ["c", "sc", "bb", "mu", "var"], "bn", epsilon=1e-3),
+            n("MaxPool", ["bn"], "mp", kernel_shape=[2, 2]),
+            n("AveragePool", ["mp"], kernel_shape=[2, 2], pads=[1, 1, 1, 1]),
+        ],
+        {"x": ("B", 3, 9, 8)},
+        {
+            "k": rand(4, 3, 3, 2),
+            "kb": rand(4),
+            "sc": rand(4),
+            "bb": rand(4),
+            "mu": rand(4),
+            "var": rand(4, positive=True),
+        },
+        18,
+        None,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_imported_model_matches_onnxruntime_and_numpy(case):
+    nodes, inputs, inits, opset, numpy_fn = CASES[case]
+    out_type = TensorProto.DOUBLE if case.startswith("cast") else F32
+    m = make(nodes, inputs, inits, opset, out_type)
+    compiled = from_onnx(m).compile()
+    for sizes in SIZES:
+        feeds = {
+            k: rand(*(sizes.get(d, d) if isinstance(d, str) else d for d in shape))
+            for k, shape in inputs.items()
+        }
+        got, want = run_both(m, feeds, compiled)
+        assert got.shape == want.shape, (case, sizes)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        if numpy_fn is not None:
+            np.testing.assert_allclose(got, numpy_fn(feeds, inits), rtol=1e-4, atol=1e-5)
+
+
+def test_symbolic_and_unnamed_dims_become_graph_dims():
+    x = helper.make_tensor_value_info("x", F32, ["batch", None, 3])
+    y = helper.make_tensor_value_info("y", F32, None)
+    m = helper.make_model(
+        helper.make_graph([n("Relu", ["x"])], "dims", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    g = from_onnx(m)
+    assert [str(d) for d in g._values[0].shape] == ["batch", "x_1", "3"]
+    got = g.compile()(x=rand(2, 5, 3))
+    assert got.shape == (2, 5, 3)
+
+
+def test_argmax_int64_becomes_i32():
+    m = make(
+        [n("ArgMax", ["x"], axis=1, keepdims=0)], {"x": ("S", "D")}, out_type=TensorProto.INT64
+    )
+    x = rand(7, 5)
+    got, want = run_both(m, {"x": x})
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+
+
+def _erf_gelu(form: str) -> list[Any]:
+    """GELU as exporters write it before opset 20: (x * (1 + erf(x / sqrt2))) * 0.5 (PyTorch's
+    F.gelu), or (x * 0.5) * (1 + erf(x * (1 / sqrt2))) (Hugging Face's)."""
+    if form == "torch":
+        return [
+            n("Div", ["x", "sqrt2"], "d"),
+            n("Erf", ["d"], "e"),
+            n("Add", ["e", "one"], "a"),
+            n("Mul", ["x", "a"], "m"),
+            n("Mul", ["m", "half"], "g"),
+        ]
+    return [
+        n("Mul", ["x", "half"], "h"),
+        n("Mul", ["inv_sqrt2", "x"], "d"),
+        n("Erf", ["d"], "e"),
+        n("Add", ["one", "e"], "a"),
+        n("Mul", ["h", "a"], "g"),
+    ]
+
+
+GELU_CONSTS = {
+    "sqrt2": np.array(np.sqrt(2.0), np.float32),
+    "inv_sqrt2": np.array(1 / np.sqrt(2.0), np.float32),
+    "one": np.array(1.0, np.float32),
+    "half": np.array(0.5, np.float32),
+}
+
+
+@pytest.mark.parametrize("form", ["torch", "hf"])
+def test_erf_gelu_is_one_gelu(form):
+    nodes = [*_erf_gelu(form), n("Relu", ["g"])]
+    m = make(nodes, {"x": ("S", "D")}, GELU_CONSTS)
+    compiled = from_onnx(m).compile()
+    assert [node.op for node in compiled.plan.ir.nodes] == ["gelu", "relu"]
+    for sizes in SIZES:
+        x = rand(sizes["S"], sizes["D"])
+        got, want = run_both(m, {"x": x}, compiled)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_erf_outside_gelu_stays_missing():
+    # the erf's input is read twice: no chain to fold, so Erf is missing, with the hint
+    nodes = [*_erf_gelu("torch"), n("Add", ["g", "d"])]
+    m = make(nodes, {"x": ("S", "D")}, GELU_CONSTS)
+    with pytest.raises(GraphError, match=r"Erf \('erf_e'\).*Erf is taken only within GELU"):
+        from_onnx(m)
+    wrong = dict(GELU_CONSTS, half=np.array(0.25, np.float32))  # not GELU: 0.25
+    with pytest.raises(GraphError, match=r"no op for 1 ONNX operator.*Erf"):
+        from_onnx(make(_erf_gelu("torch"), {"x": ("S", "D")}, wrong))
+
+
+def test_missing_ops_are_named_once_with_their_nodes():
+    nodes = [
+        helper.make_node("Erf", ["x"], ["e"], name="erf_a"),
+        helper.make_node("Relu", ["e"], ["r"], name="ok"),
+        helper.make_node("Erf", ["r"], ["e2"], name="erf_b"),
+        helper.make_node("TopK", ["e2", "k"], ["y", "i"], name="top"),
+    ]
+    m = make(nodes, {"x": ("S", "D")}, {"k": np.array([1], np.int64)})
+    with pytest.raises(GraphError) as info:
+        from_onnx(m)
+    msg = str(info.value)
+    assert "2 ONNX operators" in msg
+    assert "Erf ('erf_a', 'erf_b')" in msg
+    assert "TopK ('top')" in msg
+    assert "Relu" in msg  # in the list of what the importer takes, not among the missing
+
+
+def test_refusals_name_the_node():
+    m = make([n("Reshape", ["x", "s"])], {"x": ("S", "D"), "s": (2,)}, opset=18)  # a computed shape
+    with pytest.raises(GraphError, match=r"Reshape node 'reshape_y': the shape .* initializer"):
+        from_onnx(m)
+    m = make(
+        [n("Conv", ["x", "w"], pads=[1, 0, 0, 0])], {"x": ("B", 1, 5, 5)}, {"w": rand(1, 1, 1, 1)}
+    )
+    with pytest.raises(GraphError, match="pads both ends of an axis alike"):
+        from_onnx(m)
+    m = make([n("MatMul", ["x", "w"])], {"x": ("S", 3)}, {"w": rand(4, 2)})  # K: 3 against 4
+    with pytest.raises(GraphError, match=r"matmul: dim K is 3 .* \(ONNX MatMul node 'matmul_y'\)"):
+        from_onnx(m)
+    with pytest.raises(GraphError, match="not a readable ONNX model"):
+        from_onnx(__file__)
+
+
+def test_without_the_onnx_package_the_error_says_how_to_get_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx raises ModuleNotFoundError
+    with pytest.raises(GraphError, match=r"needs the onnx package: pip install 'clforge\[onnx\]'"):
+        from_onnx("model.onnx")
+
+
+def test_the_importer_takes_what_it_says():
+    assert {"Gemm", "LayerNormalization", "Attention", "Softmax", "Where"} <= set(
+        supported_onnx_ops()
+    )
+
+
+def test_explain_graph_on_onnx_and_saved_model(tmp_path, capsys):
+    d = 6
+    nodes = [
+        n("LayerNormalization", ["x", "g", "b"], "h"),
+        n("Gemm", ["h", "w", "c"], "z"),
+        n("Softmax", ["z"]),
+    ]
+    m = make(nodes, {"x": ("S", d)}, {"g": rand(d), "b": rand(d), "w": rand(d, 3), "c": rand(3)})
+    path = tmp_path / "m.onnx"
+    onnx.save(m, str(path))
+    saved = tmp_path / "m.json"
+    cmd = ["explain-graph"]
+    assert main([*cmd, str(path), "--dims", "S=5", "--dims", "S=11", "--save", str(saved)]) == 0
+    out = capsys.readouterr().out
+    for stage in ("1. capture", "2. shapes and guards", "5. select", "6. plan buffers"):
+        assert stage in out
+    assert "S=5: slots" in out and "S=11: slots" in out
+    assert main([*cmd, str(saved), "--dims", "S=3"]) == 0
+    out = capsys.readouterr().out
+    assert "S=3: slots" in out and "S=5: slots" not in out
+    assert main([*cmd, str(saved), "--dims", "T=3"]) == 2
+    assert "no size for S" in capsys.readouterr().err
+    assert main([*cmd, str(tmp_path / "nope.onnx")]) == 2
+    assert "no file" in capsys.readouterr().err
+    bad = make([n("Erf", ["x"])], {"x": ("S",)})
+    onnx.save(bad, str(tmp_path / "bad.onnx"))
+    assert main([*cmd, str(tmp_path / "bad.onnx")]) == 1
+    assert "clforge has no op for 1 ONNX operator" in capsys.readouterr().err
