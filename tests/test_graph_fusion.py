@@ -392,3 +392,12 @@ def test_epilogues_at_static_sizes(s, k, n, dtype):
     tol = 1e-5 if dtype == np.float32 else 1e-12
     want = np.maximum(xs @ model.plan.ir.constants[1] + 0.5, 0)
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_a_fused_kernel_past_the_32_bit_index_is_refused_before_anything_is_allocated():
+    g = Graph("big")
+    x = g.input("x", TensorType("f32", ("A", "B")))
+    g.output(g.ops.relu(g.ops.exp(x)))
+    model = g.compile()
+    with pytest.raises(clforge.CallError, match=r"exp -> relu.*4294967296 elements do not fit"):
+        model.specialization({"A": 65536, "B": 65536})

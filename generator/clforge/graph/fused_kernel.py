@@ -31,7 +31,7 @@ from clforge.core.dtypes import DTYPES
 from clforge.core.layouts import layout_strides
 from clforge.core.tree import Tree
 from clforge.emit.render import Renderer
-from clforge.errors import ClforgeError, GraphError
+from clforge.errors import CallError, ClforgeError, GraphError
 from clforge.graph.records import GraphIR, Node
 from clforge.graph.shapes import probe_array
 from clforge.params.space import as_params
@@ -336,6 +336,11 @@ def plan(
     instance = selections[sink.id]
     out_shape = tuple(x.evaluate(env) for x in ir.value(fk.outputs[0][0]).shape)
     n = math.prod(out_shape)
+    if n > np.iinfo(np.int32).max:
+        raise CallError(
+            f"graph {ir.name!r}: fused kernel {fk.name} ({' -> '.join(o.op for o in fk.ops)}): "
+            f"{n} elements do not fit its 32-bit index (at most {np.iinfo(np.int32).max})"
+        )
     chosen, origin = _sink_params(d, ir, sink, instance, env)
     needs8 = any(op.op == "pow" and DTYPES[op.dtype].compute != "float" for op in fk.ops)
     params: dict[str, int] = {}
