@@ -173,7 +173,7 @@ def test_explain_shows_groups_kernels_and_launch_counts():
     model = g.compile()
     model(rand(3, 8))
     text = model.explain(file=None, verbose=True)
-    assert "kernels launched: 3 before fusion, 1 after (1 fused groups)" in text
+    assert "launch steps per call: 3 before fusion (one per node), 1 after (1 fused groups)" in text
     fk = model.plan.fused.groups[0].kernel
     assert fk is not None and f"kernel {fk.name}: 3 ops, one launch" in text
     assert "t1 = ((t0) * (in0))  [mul, f32]" in text

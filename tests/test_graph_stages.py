@@ -92,7 +92,10 @@ def test_fuse_without_a_registry_groups_nothing():
     g.output(g.ops.relu(g.ops.exp(x)))
     fused = fuse(g.ir())
     assert [grp.nodes for grp in fused.groups] == [(0,), (1,)]
-    assert fused.lines()[0] == "kernels launched: 2 before fusion, 2 after (0 fused groups)"
+    assert (
+        fused.lines()[0]
+        == "launch steps per call: 2 before fusion (one per node), 2 after (0 fused groups)"
+    )
 
 
 def test_buffers_reuse_by_liveness_and_schedule():

@@ -52,8 +52,8 @@ class Fused:
     def lines(self, ir: GraphIR | None = None) -> list[str]:
         before = sum(len(g.nodes) for g in self.groups)
         out = [
-            f"kernels launched: {before} before fusion, {len(self.groups)} after "
-            f"({sum(g.fused for g in self.groups)} fused groups)"
+            f"launch steps per call: {before} before fusion (one per node), "
+            f"{len(self.groups)} after ({sum(g.fused for g in self.groups)} fused groups)"
         ]
         for i, g in enumerate(self.groups):
             nodes = ", ".join(map(str, g.nodes))
