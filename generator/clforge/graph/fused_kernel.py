@@ -185,10 +185,10 @@ def _kind(shape: tuple[int, ...], out: tuple[int, ...]) -> str:
     return "strided"
 
 
-def _sink_params(
+def _node_params(
     d: Dispatcher, ir: GraphIR, node: Node, instance: str, env: Mapping[str, int]
 ) -> tuple[dict[str, int], str]:
-    """The parameters of the chain's last node at these sizes (the tuning chain's choice for its
+    """The parameters of a node of the chain at these sizes (the tuning chain's choice for its
     instance, as the node alone would run), and where they came from."""
     sig = d.registry.op(node.op)
     given: dict[str, Any] = {}
@@ -341,7 +341,7 @@ def plan(
             f"graph {ir.name!r}: fused kernel {fk.name} ({' -> '.join(o.op for o in fk.ops)}): "
             f"{n} elements do not fit its 32-bit index (at most {np.iinfo(np.int32).max})"
         )
-    chosen, origin = _sink_params(d, ir, sink, instance, env)
+    chosen, origin = _node_params(d, ir, sink, instance, env)
     needs8 = any(op.op == "pow" and DTYPES[op.dtype].compute != "float" for op in fk.ops)
     params: dict[str, int] = {}
     if "CHUNK" in chosen:
@@ -349,7 +349,7 @@ def plan(
         for op in reversed(fk.ops[:-1]):  # a binary last node has no VW: the nearest unary's
             if vw:
                 break
-            other, _ = _sink_params(d, ir, ir.node(op.node), selections[op.node], env)
+            other, _ = _node_params(d, ir, ir.node(op.node), selections[op.node], env)
             vw = other.get("VW", 0)
         vw = 8 if needs8 or not vw else vw
         chunk = chosen["CHUNK"] if chosen["CHUNK"] % vw == 0 else 4096
