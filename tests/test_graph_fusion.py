@@ -401,3 +401,25 @@ def test_a_fused_kernel_past_the_32_bit_index_is_refused_before_anything_is_allo
     model = g.compile()
     with pytest.raises(clforge.CallError, match=r"exp -> relu.*4294967296 elements do not fit"):
         model.specialization({"A": 65536, "B": 65536})
+
+
+@pytest.mark.parametrize("approximate", ["tanh", "none"])
+@pytest.mark.parametrize(("s", "k", "n"), [(1, 5, 3), (37, 24, 67), (64, 48, 256)])
+def test_a_cpu_epilogue_takes_the_unary_cpu_kernels_approximations(s, k, n, approximate):
+    """gelu in a cpu matmul's epilogue goes through _common/transcendentals.cl.j2, as the gelu
+    op's own cpu kernel does, not through OpenCL's tanh and erf (a libm call per element, which
+    made the fused gemm + gelu slower than the two kernels it replaced)."""
+    g = Graph("mm_gelu")
+    x = g.input("x", TensorType("f32", ("S", k)))
+    wv = rand(k, n)
+    g.output(g.ops.gelu(g.ops.matmul(x, g.constant(wv, "w")), approximate=approximate))
+    model = g.compile()
+    xs = rand(s, k)
+    got = model(xs)
+    (step,) = model.cache[(("S", s),)].steps
+    assert "/* epilogue */" in step.source
+    if "cpu" in step.plan.inst.targets:
+        form = "gelu_tanh_" if approximate == "tanh" else "gelu_erf_"
+        assert f"{form}s_0_(" in step.source and "tanh(" not in step.source
+    want = clforge.ops.gelu(xs @ wv, approximate=approximate)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)

@@ -225,9 +225,13 @@ def _chain(
     vw: int,
     *,
     given: bool = False,
+    cpu: bool = True,
 ) -> _Chain:
     """The template data of `fk`'s chain at the sizes `env`, `vw` lanes (1: scalar only);
-    `given`: in0 is an epilogue's value, not a buffer (and the chain stores nothing itself)."""
+    `given`: in0 is an epilogue's value, not a buffer (and the chain stores nothing itself);
+    `cpu`: the kernel is a cpu one, whose float exp/sigmoid/silu/tanh/gelu take
+    _common/transcendentals.cl.j2's approximations, as the unary ops' cpu kernels do (the
+    generic and gpu ones keep the built-ins)."""
     out_shape = tuple(x.evaluate(env) for x in ir.value(fk.outputs[0][0]).shape)
     n = math.prod(out_shape)
     inputs, scalars, args = [], [], []
@@ -283,7 +287,7 @@ def _chain(
                 return text
             return f"convert_{c}{w}({text})" if w > 1 else f"(({c})({text}))"
 
-        use_fast = op.op in FAST and c == "float" and not is_cast
+        use_fast = cpu and op.op in FAST and c == "float" and not is_cast
         if use_fast and op.op not in fast:
             fast.append(op.op)
         ops.append(
@@ -438,7 +442,9 @@ def plan_epilogue(
         )
         return LaunchPlan(inst, base.params, both, scratch, base.outputs), note, source
     params = dict(base.params)
-    chain = _chain(d.registry, ir, fk, env, params.get("VW", 1), given=True)
+    chain = _chain(
+        d.registry, ir, fk, env, params.get("VW", 1), given=True, cpu="cpu" in inst.targets
+    )
     extra = chain.args
     writer = next((s for s in inst.kernels if out in s.writes), inst.kernels[0])
     if inst.steps:

@@ -229,7 +229,7 @@ def _probe(inst: Instance) -> dict[str, Any]:
     """A probe epilogue for `inst`: the stored value itself, through the hook."""
     compute = DTYPES[inst.dtype].compute
     given = {"name": "in0", "index": 0, "kind": "given", "compute": compute, "half": False}
-    chain = {"inputs": [given], "ops": [], "outputs": [], "strided": False, "rank": 1}
+    chain = {"inputs": [given], "ops": [], "outputs": [], "fast": [], "strided": False, "rank": 1}
     return {"epilogue": {**chain, "result": "a0_", "vector_ok": ""}}
 
 
