@@ -207,6 +207,20 @@ CASES: dict[str, tuple[list[Any], dict[str, tuple[Any, ...]], dict[str, Any], in
         23,
         None,
     ),
+    "attention_additive_mask": (  # an input, broadcast over batch and heads
+        [n("Attention", ["x", "x", "x", "m"])],
+        {"x": ("B", 2, "S", 4), "m": ("S", "S")},
+        {},
+        23,
+        None,
+    ),
+    "attention_bool_mask_causal": (  # an initializer: a keep mask broadcast over the batch
+        [n("Attention", ["x", "kv", "kv", "keep"], is_causal=1)],
+        {"x": ("B", 3, 3, 4), "kv": ("B", 3, 5, 4)},
+        {"keep": np.array([[[[True, False, True, True, False]] * 2 + [[False] * 4 + [True]]]])},
+        23,
+        None,
+    ),
     "conv_pools_batch_norm": (
         [
             n("Conv", ["x", "k", "kb"], "c", pads=[1, 0, 1, 0], strides=[2, 1]),

@@ -21,7 +21,7 @@ from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.errors import GraphError
 from clforge.graph.dims import Dim, shape_str
 from clforge.graph.records import GraphIR, Guard, Node, Value
-from clforge.graph.shapes import SUPPORTED_CONVENTIONS, infer, same_size
+from clforge.graph.shapes import KEEP_MASKS, SUPPORTED_CONVENTIONS, infer, same_size
 from clforge.registry import loader as registry_mod
 from clforge.registry.records import OpSig
 
@@ -331,7 +331,7 @@ class Graph:
                 )
         arrays = [v for v in named.values() if isinstance(v, GraphValue)]
         args: dict[str, Value | None] = {}
-        for t in sig.inputs:
+        for pos, t in enumerate(sig.inputs):
             val = named.get(t.name)
             if val is None:
                 if not t.optional:
@@ -342,6 +342,17 @@ class Graph:
             elif isinstance(val, (int, float)) and not isinstance(val, bool):
                 dtype = t.dtype or (arrays[0].dtype if arrays else sig.dtypes[0])
                 args[t.name] = self._scalar(val, dtype)._value
+            elif (sig.call, pos) in KEEP_MASKS and isinstance(val, (np.ndarray, np.bool_)):
+                if np.asarray(val).dtype != np.bool_:
+                    raise GraphError(
+                        f"{here}: input {t.name!r} is a NumPy array of {np.asarray(val).dtype}; "
+                        "a mask is a graph value (additive, of the call's dtype) or a boolean "
+                        "NumPy array (a keep mask)"
+                    )
+                dtype = arrays[0].dtype if arrays else sig.dtypes[0]
+                keep = np.asarray(val).astype(DTYPES[dtype].np_dtype)
+                args[t.name] = self.constant(keep, name=t.name)._value
+                attrs[KEEP_MASKS[(sig.call, pos)]] = 1
             else:
                 raise GraphError(
                     f"{here}: input {t.name!r} is a {type(val).__name__}; in a graph, inputs are "

@@ -347,11 +347,17 @@ def _clip(im: _Importer, n: OnnxNode) -> list[Operand]:
 
 
 def _attention(im: _Importer, n: OnnxNode) -> list[Operand]:
-    """ONNX's Attention (opset 23): q, k, v of rank 4 (B, H, S, D) without a mask, past keys
-    or extra outputs; is_causal, scale and softcap as clforge's attention takes them."""
-    extra = [k for k in n.inputs[3:] if k] + [o for o in n.outputs[1:] if o]
+    """ONNX's Attention (opset 23): q, k, v of rank 4 (B, H, S, D) and an optional attn_mask
+    (boolean: True takes part, as an initializer or a Constant; or additive, of q's type),
+    broadcast to (B, H, SQ, SK); no past keys or extra outputs; is_causal, scale and softcap as
+    clforge's attention takes them."""
+    extra = [k for k in n.inputs[4:] if k] + [o for o in n.outputs[1:] if o]
     if extra:
-        raise im.fail(n, "takes q, k, v only (no mask, past key/value or extra outputs)")
+        raise im.fail(
+            n,
+            "takes q, k, v and attn_mask only (no past key/value, nonpad_kv_seqlen or extra "
+            "outputs)",
+        )
     q, k, v = (im.value(n, x) for x in n.inputs[:3])
     if q.ndim != 4:
         raise im.fail(
@@ -364,6 +370,10 @@ def _attention(im: _Importer, n: OnnxNode) -> list[Operand]:
         kw["softcap"] = _f32(n.attrs["softcap"])
     if q.shape[1] != k.shape[1]:
         kw["enable_gqa"] = True
+    if len(n.inputs) > 3 and n.inputs[3]:
+        mask = im.values[n.inputs[3]]
+        is_bool = isinstance(mask, np.ndarray) and mask.dtype == np.bool_
+        kw["mask"] = mask if is_bool else im.value(n, n.inputs[3])  # a keep mask, or additive
     return [im.g.ops.attention(q, k, v, **kw)]
 
 
