@@ -408,3 +408,119 @@ def test_explain_graph_on_onnx_and_saved_model(tmp_path, capsys):
     onnx.save(bad, str(tmp_path / "bad.onnx"))
     assert main([*cmd, str(tmp_path / "bad.onnx")]) == 1
     assert "clforge has no op for 1 ONNX operator" in capsys.readouterr().err
+
+
+def _heads(x: str, out: str, perm: list[int]) -> list[Any]:
+    """`x` [batch, seq, 16] to heads as a torch exporter writes `x.view(B, S, 4, 4)`: Shape →
+    Gather → Unsqueeze → Concat → Reshape, then Transpose by `perm`."""
+    return [
+        helper.make_node("Shape", [x], [f"{out}_s"], name=f"shape_{out}"),
+        helper.make_node("Gather", [f"{out}_s", "i0"], [f"{out}_b"], name=f"gather_b_{out}"),
+        helper.make_node("Gather", [f"{out}_s", "i1"], [f"{out}_t"], name=f"gather_t_{out}"),
+        helper.make_node("Unsqueeze", [f"{out}_b", "ax0"], [f"{out}_bu"], name=f"unsq_b_{out}"),
+        helper.make_node("Unsqueeze", [f"{out}_t", "ax0"], [f"{out}_tu"], name=f"unsq_t_{out}"),
+        helper.make_node(
+            "Concat",
+            [f"{out}_bu", f"{out}_tu", "heads", "hd"],
+            [f"{out}_shape"],
+            axis=0,
+            name=f"concat_{out}",
+        ),
+        helper.make_node("Reshape", [x, f"{out}_shape"], [f"{out}_r"], name=f"reshape_{out}"),
+        helper.make_node("Transpose", [f"{out}_r"], [out], perm=perm, name=f"transpose_{out}"),
+    ]
+
+
+def exported_attention() -> Any:
+    """Multi-head self-attention as torch.onnx writes it for symbolic batch and sequence: the
+    heads split and merged by reshapes whose target shapes are computed in the graph (the merge
+    from a Slice of the context's Shape and a Mul of its last two dims), the scale a Div by a
+    Constant, the head size from a Div of the model dim by the head count."""
+    nodes: list[Any] = [
+        n("MatMul", ["x", "wq"], "q"),
+        n("MatMul", ["x", "wk"], "k"),
+        n("MatMul", ["x", "wv"], "v"),
+        *_heads("q", "qh", [0, 2, 1, 3]),
+        *_heads("k", "kh", [0, 2, 3, 1]),
+        *_heads("v", "vh", [0, 2, 1, 3]),
+        n("MatMul", ["qh", "kh"], "scores"),
+        helper.make_node("Shape", ["x"], ["xs"], name="shape_x", start=2),
+        n("Div", ["xs", "heads"], "hd_dyn"),  # 16 / 4, an int at import
+        n("Cast", ["hd_dyn"], "hd_f", to=TensorProto.FLOAT),
+        n("Sqrt", ["hd_f"], "sq"),
+        n("Div", ["scores", "sq"], "scaled"),
+        n("Softmax", ["scaled"], "p", axis=-1),
+        n("MatMul", ["p", "vh"], "ctx"),
+        n("Transpose", ["ctx"], "ctx_t", perm=[0, 2, 1, 3]),
+        helper.make_node("Shape", ["ctx_t"], ["cs"], name="shape_ctx"),
+        n("Slice", ["cs", "s0", "s2", "ax0"], "lead"),
+        n("Gather", ["cs", "i2"], "nh"),
+        n("Gather", ["cs", "i3"], "dh"),
+        n("Mul", ["nh", "dh"], "width"),
+        n("Unsqueeze", ["width", "ax0"], "width_u"),
+        n("Concat", ["lead", "width_u"], "merged", axis=0),
+        n("Reshape", ["ctx_t", "merged"], "ctx_m"),
+        n("MatMul", ["ctx_m", "wo"]),
+    ]
+    i64 = {k: np.array(v, np.int64) for k, v in {"i0": 0, "i1": 1, "i2": 2, "i3": 3}.items()}
+    inits = {
+        **{w: rand(16, 16) for w in ("wq", "wk", "wv", "wo")},
+        **i64,
+        "ax0": np.array([0], np.int64),
+        "heads": np.array([4], np.int64),
+        "hd": np.array([4], np.int64),
+        "s0": np.array([0], np.int64),
+        "s2": np.array([2], np.int64),
+    }
+    return make(nodes, {"x": ("batch", "seq", 16)}, inits, opset=18)
+
+
+def test_exported_attention_with_computed_reshapes():
+    """Shape subgraphs are folded at import into the graph's dims: the reshapes are views to
+    [batch, seq, 4, 4] and [batch, seq, 16], the model runs against ONNX Runtime at odd sizes."""
+    m = exported_attention()
+    g = from_onnx(m)
+    shapes = {v.name: str(list(map(str, v.shape))) for v in g._values}
+    assert shapes["reshape"] == "['batch', 'seq', '4', '4']"
+    assert "['batch', 'seq', '16']" in shapes.values()
+    ops = [node.op for node in g.ir().nodes]
+    assert not {"Shape", "Gather", "Concat"} & set(ops)
+    compiled = g.compile()
+    for b, s in ((1, 1), (3, 7), (2, 13)):
+        got, want = run_both(m, {"x": rand(b, s, 16)}, compiled)
+        assert got.shape == want.shape == (b, s, 16)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_shape_chains_that_cannot_fold_name_the_node():
+    i64 = {"i0": np.array(0, np.int64), "ax0": np.array([0], np.int64)}
+    # a Div of a symbolic dim that is not whole for every size
+    m = make(
+        [
+            helper.make_node("Shape", ["x"], ["s"], name="shape_x"),
+            n("Gather", ["s", "i0"], "b"),
+            n("Div", ["b", "three"], "third"),
+            n("Unsqueeze", ["third", "ax0"], "tu"),
+            n("Concat", ["tu", "minus"], "target", axis=0),
+            n("Reshape", ["x", "target"]),
+        ],
+        {"x": ("S", 6)},
+        {**i64, "three": np.array(3, np.int64), "minus": np.array([-1], np.int64)},
+    )
+    with pytest.raises(GraphError, match=r"Div node 'div_third': cannot fold .* S by 3 is not"):
+        from_onnx(m)
+    # a target shape computed from data
+    m = make(
+        [n("Relu", ["x"], "r"), n("Gather", ["r", "i0"], "g"), n("Reshape", ["x", "g"])],
+        {"x": ("S", 6)},
+        i64,
+    )
+    with pytest.raises(GraphError, match=r"Gather node 'gather_g': input 'r' is a tensor"):
+        from_onnx(m)
+    # a symbolic shape used as data
+    m = make(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape_x"), n("Cast", ["s"], to=F32)],
+        {"x": ("S", 6)},
+    )
+    with pytest.raises(GraphError, match=r"Cast node 'cast_y': input 's' is the shape \[S, 6\]"):
+        from_onnx(m)
