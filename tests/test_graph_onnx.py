@@ -14,7 +14,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from clforge.errors import GraphError  # noqa: E402
+from clforge.errors import CallError, GraphError  # noqa: E402
 from clforge.graph import from_onnx  # noqa: E402
 from clforge.graph.onnx_import import supported_onnx_ops  # noqa: E402
 from clforge.tools.cli import main  # noqa: E402
@@ -523,4 +523,67 @@ def test_shape_chains_that_cannot_fold_name_the_node():
         {"x": ("S", 6)},
     )
     with pytest.raises(GraphError, match=r"Cast node 'cast_y': input 's' is the shape \[S, 6\]"):
+        from_onnx(m)
+
+
+END = np.iinfo(np.int64).max  # what exporters write for "to the end"
+
+
+def test_slices_unsqueeze_and_expand_on_tensors_are_views():
+    """Slice (columns of a fused projection, from the end, rows past the first), Unsqueeze and
+    an Expand that only adds an axis of 1 import as views (no kernel of their own), checked
+    against ONNX Runtime and NumPy at odd sizes."""
+    i64 = {
+        k: np.array(v, np.int64)
+        for k, v in {
+            "c4": [4],
+            "c8": [8],
+            "m4": [-4],
+            "end": [END],
+            "one": [1],
+            "ax1": [1],
+            "axm1": [-1],
+            "ax0": [0],
+            "e": [1, 1, 4],
+        }.items()
+    }
+    nodes = [
+        n("Slice", ["x", "c4", "c8", "ax1"], "mid"),  # x[:, 4:8]
+        n("Slice", ["x", "m4", "end", "axm1"], "last"),  # x[:, -4:]
+        n("Add", ["mid", "last"], "sum"),
+        n("Slice", ["sum", "one", "end", "ax0"], "rows"),  # sum[1:]
+        n("Unsqueeze", ["rows", "ax0"], "u"),
+        n("Expand", ["u", "e"]),
+    ]
+    m = make(nodes, {"x": ("S", 12)}, i64)
+    g = from_onnx(m)
+    assert [node.op for node in g.ir().nodes] == ["slice", "slice", "add", "slice", "reshape"]
+    compiled = g.compile()
+    for s in (2, 5, 13):
+        x = rand(s, 12)
+        got, want = run_both(m, {"x": x}, compiled)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got, (x[:, 4:8] + x[:, -4:])[None, 1:], rtol=1e-6)
+
+
+def test_a_slice_from_the_end_of_a_symbolic_axis_is_guarded():
+    """`x[-3:]` of a symbolic axis: ONNX clamps the start at 0 where the axis is shorter, a
+    graph's view needs S >= 3, checked by the call's guards."""
+    inits = {"m3": np.array([-3], np.int64), "end": np.array([END], np.int64)}
+    m = make([n("Slice", ["x", "m3", "end"])], {"x": ("S", 5)}, inits)
+    compiled = from_onnx(m).compile()
+    x = rand(7, 5)
+    np.testing.assert_allclose(compiled(x=x), x[-3:])
+    with pytest.raises(CallError, match=r"guard 0 <= S \+ -3 .* fails for S=2"):
+        compiled(x=rand(2, 5))
+
+
+def test_copies_are_refused_naming_the_node():
+    inits = {"e": np.array([3, 5], np.int64), "s": np.array([0], np.int64)}
+    m = make([n("Expand", ["x", "e"])], {"x": (1, 5)}, inits)
+    with pytest.raises(GraphError, match=r"Expand node 'expand_y': expanding x .* would copy it"):
+        from_onnx(m)
+    inits = {"s": np.array([0], np.int64), "t": np.array([4], np.int64), "two": np.array([2])}
+    m = make([n("Slice", ["x", "s", "t", "s", "two"])], {"x": ("S", 5)}, inits)
+    with pytest.raises(GraphError, match=r"Slice node 'slice_y': step 2 along axis 0"):
         from_onnx(m)

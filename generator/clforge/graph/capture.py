@@ -234,10 +234,11 @@ class Graph:
 
     def slice(self, x: GraphValue, start: int | str, stop: int | str, axis: int = 0) -> GraphValue:
         """`x[start:stop]` along `axis`, a view (no kernel of its own): `start` and `stop` are
-        ints or dims (``"D"``, ``"2*D"``), and a call checks ``0 <= stop - start`` and ``stop <=``
-        the axis's size. Its consumers read it in place where they can (its memory a layout
-        they read, its first element on a sub-buffer boundary), else it is gathered before
-        them; ``model.explain()`` says which (docs/graph.md, "Views")."""
+        ints or dims (``"D"``, ``"2*D"``, ``"D + -3"``), and a call checks ``0 <= start``,
+        ``0 <= stop - start`` and ``stop <=`` the axis's size. Its consumers read it in place
+        where they can (its memory a layout they read, its first element on a sub-buffer
+        boundary), else it is gathered before them; ``model.explain()`` says which
+        (docs/graph.md, "Views")."""
         v = self._own(x, "slice")
         rank = len(v.shape)
         if isinstance(axis, bool) or not isinstance(axis, int) or not -rank <= axis < rank:
@@ -250,7 +251,10 @@ class Graph:
         minus = Dim.const(-1)
         width, room = hi + lo * minus, v.shape[axis] + hi * minus
         origin = f"slice of {v.name} {shape_str(v.shape)} [{lo}:{hi}] along axis {axis}"
-        for dim, what in ((width, "stop - start"), (room, "the axis's size - stop")):
+        checks = [(width, "stop - start"), (room, "the axis's size - stop")]
+        if any(c < 0 for _, c in lo.terms):  # a start counted from the end: "D + -3"
+            checks.insert(0, (lo, "start"))
+        for dim, what in checks:
             if dim.is_int and dim.value < 0:
                 raise GraphError(f"graph {self.name!r}: {origin}: {what} is {dim.value} < 0")
             if not dim.is_int:

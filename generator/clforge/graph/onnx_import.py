@@ -470,18 +470,93 @@ def _gather(im: _Importer, n: OnnxNode) -> list[Operand]:
 
 
 def _slice(im: _Importer, n: OnnxNode) -> list[Operand]:
-    _data(im, n, 0, "Slice is taken on shapes (folded at import) and initializers only")
-    data = im.dims(n, n.inputs[0], "the data")
+    """ONNX's Slice: of a shape, folded at import; of a data tensor, a view (``g.slice`` per
+    axis, step 1)."""
     if im.opset >= 10:
-        starts, ends = im.ints(n, n.inputs[1], "starts"), im.ints(n, n.inputs[2], "ends")
-        axes = im.ints(n, n.inputs[3], "axes") if len(n.inputs) > 3 and n.inputs[3] else (0,)
-        steps = im.ints(n, n.inputs[4], "steps") if len(n.inputs) > 4 and n.inputs[4] else (1,)
+        starts, ends = (im.dims(n, n.inputs[k], what) for k, what in ((1, "starts"), (2, "ends")))
+        axes = im.ints(n, n.inputs[3], "axes") if len(n.inputs) > 3 and n.inputs[3] else None
+        steps = im.ints(n, n.inputs[4], "steps") if len(n.inputs) > 4 and n.inputs[4] else None
     else:
-        starts, ends = tuple(n.attrs["starts"]), tuple(n.attrs["ends"])
-        axes, steps = tuple(n.attrs.get("axes", (0,))), (1,)
-    if len(starts) != 1 or tuple(axes) not in ((0,), (-1,)) or len(steps) != 1:
+        starts, ends = (SymShape.of(np.array(n.attrs[k], np.int64)) for k in ("starts", "ends"))
+        axes, steps = tuple(n.attrs["axes"]) if "axes" in n.attrs else None, None
+    axes = axes if axes is not None else tuple(range(len(starts.dims)))
+    steps = steps if steps is not None else (1,) * len(axes)
+    if not len(starts.dims) == len(ends.dims) == len(axes) == len(steps):
+        raise im.fail(
+            n, f"starts {starts}, ends {ends}, axes {axes}, steps {steps} differ in length"
+        )
+    data = im.values[n.inputs[0]]
+    if isinstance(data, GraphValue):
+        return [_data_slice(im, n, data, starts.dims, ends.dims, axes, steps)]
+    shape = im.dims(n, n.inputs[0], "the data")
+    if shape.scalar or tuple(axes) not in ((0,), (-1,)):
         raise im.fail(n, f"a shape has one axis: starts {starts}, axes {axes}")
-    return [_folded(im, n, lambda: sym.slice_(data, starts[0], ends[0], steps[0]))]
+    lo, hi = starts.dims[0], ends.dims[0]
+    if not (lo.is_int and hi.is_int):
+        raise im.fail(n, f"a slice of the shape {shape} from {lo} to {hi} is not folded")
+    return [_folded(im, n, lambda: sym.slice_(shape, lo.value, hi.value, steps[0]))]
+
+
+_TO_THE_END = 2**31 - 1  # an end at or past this is "to the end" (exporters write INT64_MAX)
+
+
+def _data_slice(
+    im: _Importer,
+    n: OnnxNode,
+    x: GraphValue,
+    starts: tuple[Dim, ...],
+    ends: tuple[Dim, ...],
+    axes: Sequence[int],
+    steps: Sequence[int],
+) -> GraphValue:
+    """A Slice of a graph tensor as views, one ``g.slice`` per axis: negative bounds count from
+    the end, an end past the axis is the axis's size; bounds the axis's size would clamp at a
+    symbolic size are checked by the call's guards instead."""
+    for lo, hi, axis, step in zip(starts, ends, axes, steps, strict=True):
+        if step != 1:
+            raise im.fail(n, f"step {step} along axis {axis}: a strided slice is not a view")
+        if not -x.ndim <= axis < x.ndim:
+            raise im.fail(n, f"axis {axis} is out of range for an input of rank {x.ndim}")
+        size = x.shape[axis % x.ndim]
+        bounds = [_bound(b, size) for b in (lo, hi)]
+        if bounds == [Dim.const(0), size]:
+            continue
+        x = im.g.slice(x, str(bounds[0]), str(bounds[1]), axis=axis % x.ndim)
+    return x
+
+
+def _expand(im: _Importer, n: OnnxNode) -> list[Operand]:
+    """ONNX's Expand where it is a view: to the input's own dims, or with leading axes of 1 (a
+    reshape); a broadcast that would copy the input is refused."""
+    target = im.dims(n, n.inputs[1], "the shape")
+    x = im.values[n.inputs[0]]
+    if isinstance(x, SymShape):
+        x = im.value(n, n.inputs[0])
+    if isinstance(x, np.ndarray):
+        if not target.is_int:
+            raise im.fail(n, f"a constant expanded to the symbolic shape {target} is not taken")
+        shape = tuple(int(v) for v in target.array().reshape(-1))
+        return [np.broadcast_to(x, np.broadcast_shapes(x.shape, shape)).copy()]
+    rank = max(x.ndim, len(target.dims))
+    ours = (Dim.const(1),) * (rank - x.ndim) + tuple(x.shape)
+    theirs = (Dim.const(1),) * (rank - len(target.dims)) + target.dims
+    out = [a if b in (a, Dim.const(1)) else b for a, b in zip(ours, theirs, strict=True)]
+    if out != list(ours):
+        raise im.fail(
+            n,
+            f"expanding {x.name} {[str(d) for d in x.shape]} to {target} would copy it (a "
+            "materialized broadcast); graphs take Expand as a view only (its consumers "
+            "broadcast by themselves)",
+        )
+    return [x if rank == x.ndim else im.g.reshape(x, tuple(str(d) for d in ours))]
+
+
+def _bound(b: Dim, size: Dim) -> Dim:
+    """A Slice's bound on an axis of `size`: from the end if negative, the size if past it."""
+    if b.is_int and b.value >= _TO_THE_END:
+        return size
+    out = size + b if b.is_int and b.value < 0 else b
+    return Dim.const(min(max(out.value, 0), size.value)) if out.is_int and size.is_int else out
 
 
 def _concat(im: _Importer, n: OnnxNode) -> list[Operand]:
@@ -572,6 +647,7 @@ HANDLERS: dict[str, Handler] = {
     "Constant": _constant,
     "ConstantOfShape": _constant_of_shape,
     "Dropout": _dropout,
+    "Expand": _expand,
     "Conv": _conv,
     "Flatten": _flatten,
     "Gather": _gather,
