@@ -86,7 +86,8 @@ def test_the_model_bench_runs_every_side_and_checks_outputs():
         for side in SIDES:
             assert cells[side]["ms"] and cells[side]["ms"] > 0, (side, cells[side])
         g, e = cells["graph"], cells["eager"]
-        assert g["kernels"] == e["kernels"] and g["kernels"] >= (7 if "mlp" in r["case"] else 16)
+        # the graph fuses (gelu and the residual adds run in their gemm's kernel): fewer kernels
+        assert e["kernels"] >= (7 if "mlp" in r["case"] else 16) and g["kernels"] < e["kernels"]
         assert g["host_us_per_kernel"] > 0 and e["host_us_per_kernel"] > 0
         assert r["graph_vs_eager"] > 0 and r["graph_vs_ort"] > 0
     text = model_text(rows, 1)

@@ -44,6 +44,7 @@ MODELINE = "# yaml-language-server: $schema=schema.json\n"
 RELU = """\
 op: relu
 reference: clforge.references.elementwise:relu
+expr: "((x) < (V)0 ? (V)0 : (x))"
 dims: [N]
 inputs:
   x: [N]
@@ -431,8 +432,8 @@ def test_a_member_and_its_full_spec_load_alike(tmp_path: Path) -> None:
     assert found == [] and again is not None and again.spec == spec.spec
     # an inherited value is located in the family file, an override in the member's
     assert spec.where("variants", 0, "template").path == "specs/families/unary.yaml"
-    assert spec.where("variants", 2, "dtypes") == Location("specs/relu.yaml", 8, 17)
-    assert spec.where("dtypes") == Location("specs/relu.yaml", 6, 9)
+    assert spec.where("variants", 2, "dtypes") == Location("specs/relu.yaml", 9, 17)
+    assert spec.where("dtypes") == Location("specs/relu.yaml", 7, 9)
 
 
 # --- the JSON Schema ----------------------------------------------------------------------------

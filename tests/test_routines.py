@@ -25,6 +25,7 @@ RELU = """\
 op: relu
 doc: "relu, with a two-step routine for the cpu"
 reference: clforge.references.elementwise:relu
+expr: "((x) < (V)0 ? (V)0 : (x))"
 call: flat
 dims: [N]
 inputs:

@@ -146,6 +146,7 @@ def expand(loaded: LoadedSpec) -> list[Instance]:
                         device_params=tuple(sorted(v.device_params.items())),
                         constraints=v.constraints,
                         build_options=" ".join(v.build_options),
+                        epilogue=v.epilogue,
                     )
                 )
     if diags:

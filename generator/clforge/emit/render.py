@@ -22,7 +22,7 @@ import jinja2
 import jinja2.meta
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from clforge.core import envelope
+from clforge.core import elementwise_expr, envelope
 from clforge.core.cache_dir import private_dir
 from clforge.core.dtypes import DTYPES
 from clforge.core.identifiers import identifier_problem
@@ -146,6 +146,7 @@ class Renderer:
             keep_trailing_newline=True,
         )
         env.globals["dtypes"] = DTYPES
+        env.globals["elementwise_expression"] = elementwise_expr.of_op
         return env
 
     def templates_digest(self, template: str) -> str:
@@ -174,7 +175,11 @@ class Renderer:
         self._digests[template] = digest = h.hexdigest()
         return digest
 
-    def render(self, inst: Instance, op: OpSig, template: str) -> str:
+    def render(
+        self, inst: Instance, op: OpSig, template: str, extra: dict[str, Any] | None = None
+    ) -> str:
+        """`inst` of `op` rendered from `template`; `extra`: more names for the template (a
+        fused kernel's description, :mod:`clforge.graph.fused_kernel`)."""
         for name in [a.name for a in inst.args] + [p for p, _ in inst.params]:
             problem = identifier_problem(name)
             if problem:  # validation already refused these; this is the last line of defence
@@ -195,6 +200,7 @@ class Renderer:
             },
             "steps": {s.name: s for s in inst.steps},
             "spec_path": op.spec,
+            **(extra or {}),
         }
         try:
             text = self.env.get_template(template).render(context)

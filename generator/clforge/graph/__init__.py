@@ -15,6 +15,7 @@ from clforge.errors import GraphError
 from clforge.graph.artifact import Model
 from clforge.graph.capture import Graph, GraphValue, supported_ops
 from clforge.graph.dims import Dim
+from clforge.graph.fused_kernel import check_current
 from clforge.graph.onnx_import import from_onnx
 from clforge.graph.serial import load_plan
 
@@ -31,6 +32,9 @@ def load(path: Any, queue: Any = None) -> Model:
             f"{path}: the saved plan names instances this clforge does not have "
             f"({', '.join(missing)}); compile the graph again"
         )
+    for group in model.plan.fused.groups:  # fused kernels: regenerated from the same expressions
+        if group.kernel is not None:
+            check_current(reg, model.plan.ir, group.kernel)
     return model
 
 

@@ -33,6 +33,7 @@ from clforge.conventions import CONVENTIONS
 from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.core.layouts import layout_strides
 from clforge.errors import BuildError, CallError, ClforgeError, GraphError
+from clforge.graph import fused_kernel
 from clforge.graph.buffers import Place
 from clforge.graph.explain import explain_plan
 from clforge.graph.plan import Plan
@@ -57,6 +58,7 @@ class Prepared:
     fills: Mapping[str, cla.Array]
     held: bool  # the static instance's guard held (else the step re-dispatched)
     params: str  # the parameters and where they came from (the tuning chain's account)
+    source: str = ""  # a fused group's generated OpenCL C (graph/fused_kernel.py)
 
 
 @dataclass(eq=False)
@@ -276,7 +278,10 @@ class Model:
         ir = self.plan.ir
         d = self.dispatcher
         by_id = {n.id: n for n in ir.nodes}
-        prepared = [self._prepare(by_id[s.node], s, env, d) for s in self.plan.schedule.steps]
+        prepared = [
+            self._prepare(by_id[s.node], s, env, d) if s.group is None else self._fused(s, env, d)
+            for s in self.plan.schedule.steps
+        ]
         slots = []
         for s in self.plan.buffers.slots:
             nbytes = s.nbytes(env)
@@ -369,6 +374,21 @@ class Model:
             else f"{dict(plan.params)}: spec defaults (the chosen set could not be built)"
         )
         return Prepared(step, plan, fills, held, origin)
+
+    def _fused(self, step: Step, env: Mapping[str, int], d: Dispatcher) -> Prepared:
+        """A fused group's step: its generated kernel, planned as a node's launch is."""
+        fk = self.plan.fused.groups[step.group or 0].kernel
+        if fk is None:  # pragma: no cover - the schedule names fused groups only
+            raise GraphError(f"graph {self.name!r}: step {step.op} names no fused kernel")
+        chosen = {s.node: s.instance for s in self.plan.selections}
+        if fk.producer is not None:  # the producer's own launch, the chain at its epilogue
+            base = self._prepare(self.plan.ir.node(fk.producer), step, env, d)
+            plan, how, source = fused_kernel.plan_epilogue(
+                d, self.plan.ir, fk, base.plan, chosen, env
+            )
+            return Prepared(step, plan, base.fills, base.held, f"{base.params}; {how}", source)
+        plan, params, source = fused_kernel.plan(d, self.plan.ir, fk, chosen, env)
+        return Prepared(step, plan, {}, True, params, source)
 
     # --- explain, save ------------------------------------------------------------------------
 

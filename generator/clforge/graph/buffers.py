@@ -17,6 +17,7 @@ from typing import Literal
 
 from clforge.core.dtypes import DTYPES
 from clforge.graph.dims import Dim, shape_str
+from clforge.graph.fuse import Fused
 from clforge.graph.records import GraphIR
 
 PlaceKind = Literal["input", "constant", "slot", "output"]
@@ -74,21 +75,40 @@ def _nbytes(ir: GraphIR, vid: int) -> Dim:
     return math.prod(v.shape, start=Dim.const(DTYPES[v.dtype].size))
 
 
-def plan_buffers(ir: GraphIR) -> BufferPlan:
-    """The stage."""
+def _steps(ir: GraphIR, fused: Fused | None) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """What each step reads and writes: a node's inputs and outputs, or a fused group's inputs
+    and the values it stores (its other values never leave the kernel: no buffer)."""
+    by_id = {n.id: n for n in ir.nodes}
+    if fused is None:
+        return [(n.input_ids(), n.output_ids()) for n in ir.nodes if not n.view]
+    out = []
+    for g in fused.groups:
+        if g.kernel is None:
+            (nid,) = g.nodes
+            out.append((by_id[nid].input_ids(), by_id[nid].output_ids()))
+        elif g.kernel.producer is not None:  # the producer's inputs, the chain's others
+            reads = by_id[g.kernel.producer].input_ids() + g.kernel.inputs[1:]
+            out.append((reads, tuple(v for v, _ in g.kernel.outputs)))
+        else:
+            out.append((g.kernel.inputs, tuple(v for v, _ in g.kernel.outputs)))
+    return out
+
+
+def plan_buffers(ir: GraphIR, fused: Fused | None = None) -> BufferPlan:
+    """The stage (`fused`: the fuse stage's groups, each a step; default one per node)."""
     root: dict[int, int] = {}  # value -> the value whose memory it is
     for vid in ir.inputs:
         root[vid] = vid
     for vid in ir.constants:
         root[vid] = vid
-    steps = [n for n in ir.nodes if not n.view]
+    steps = _steps(ir, fused)
     for n in ir.nodes:
         for vid in n.output_ids():
             root[vid] = root[n.input_ids()[0]] if n.view else vid
-    step_of = {vid: i for i, n in enumerate(steps) for vid in n.output_ids()}
+    step_of = {vid: i for i, (_, writes) in enumerate(steps) for vid in writes}
     last: dict[int, int] = {}
-    for i, n in enumerate(steps):
-        for vid in n.input_ids():
+    for i, (reads, _) in enumerate(steps):
+        for vid in reads:
             r = root[vid]
             last[r] = max(last.get(r, -1), i)
     outputs: dict[int, int] = {}
@@ -105,13 +125,13 @@ def plan_buffers(ir: GraphIR) -> BufferPlan:
     free: list[int] = []
     busy: dict[int, int] = {}  # slot -> value root
     lifetimes = []
-    for i, n in enumerate(steps):
+    for i, (_, writes) in enumerate(steps):
         for s, r in list(busy.items()):
             if last.get(r, step_of[r]) < i:
                 del busy[s]
                 free.append(s)
         free.sort()
-        for vid in n.output_ids():
+        for vid in writes:
             if vid in outputs:
                 places[vid] = Place("output", outputs[vid])
                 continue

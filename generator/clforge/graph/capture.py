@@ -409,11 +409,12 @@ class Graph:
             dict(self._constants),
         )
 
-    def compile(self, queue: Any = None) -> Model:
-        """Run the lowering stages (see :mod:`clforge.graph.pipeline`): a :class:`Model`."""
+    def compile(self, queue: Any = None, *, fusion: bool = True) -> Model:
+        """Run the lowering stages (see :mod:`clforge.graph.pipeline`): a :class:`Model`
+        (`fusion` False: no fused kernels, every node runs its op's instance)."""
         from clforge.graph.pipeline import lower
 
-        return lower(self.ir(), queue)
+        return lower(self.ir(), queue, fusion=fusion)
 
 
 def _plain(value: Any) -> Any:

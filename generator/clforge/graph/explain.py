@@ -48,7 +48,7 @@ def explain_plan(plan: Plan, cache: Mapping[Any, Any], *, verbose: bool = False)
         ("capture", _nodes(plan.captured)),
         ("shapes and guards", plan.guards.lines() or ["no guards"]),
         ("simplify", list(plan.simplified) or ["nothing to simplify"]),
-        ("fuse", plan.fused.lines()),
+        ("fuse", plan.fused.lines(ir)),
         ("select", [ln for s in plan.selections for ln in _selection(s, verbose)]),
         ("plan buffers", plan.buffers.lines(ir)),
         ("schedule", plan.schedule.lines(ir)),
@@ -62,7 +62,13 @@ def explain_plan(plan: Plan, cache: Mapping[Any, Any], *, verbose: bool = False)
             f"set ahead, {s['rebound_per_call']} bound per call (the caller's buffers)"
         )
         specs.extend(f"  view: {note}" for note in s["views"])
-        for node in s["nodes"]:
+        for node, step in zip(s["nodes"], spec.steps, strict=True):
+            if step.step.group is not None:
+                specs.append(f"  group {step.step.group}: {node['instance']} (generated)")
+                specs.append(f"    params {node['params_from']}")
+                if verbose:
+                    specs.extend(f"    | {ln}" for ln in step.source.splitlines())
+                continue
             held = "static choice" if node["guard_held"] else "re-dispatched (guard failed)"
             specs.append(f"  node {node['node']} {node['op']}: {node['instance']} ({held})")
             specs.append(f"    params {node['params_from']}")

@@ -19,13 +19,14 @@ from clforge.graph.simplify import simplify
 STAGES = ("capture", "shapes and guards", "simplify", "fuse", "select", "plan buffers", "schedule")
 
 
-def lower(ir: GraphIR, queue: Any = None) -> Model:
-    """Every stage after capture, in order."""
+def lower(ir: GraphIR, queue: Any = None, *, fusion: bool = True) -> Model:
+    """Every stage after capture, in order (`fusion` False: every node runs alone)."""
     guards = guards_of(ir)
     simple = simplify(ir)
-    fused = fuse(simple.ir)
-    selections = select_nodes(simple.ir, dispatcher(queue))
-    buffers = plan_buffers(simple.ir)
+    d = dispatcher(queue)
+    fused = fuse(simple.ir, d.registry if fusion else None)
+    selections = select_nodes(simple.ir, d)
+    buffers = plan_buffers(simple.ir, fused)
     steps = schedule(simple.ir, buffers, fused)
     captured = GraphIR(ir.name, ir.values, ir.nodes, ir.inputs, ir.outputs, ir.guards, {})
     plan = Plan(captured, guards, simple.ir, simple.log, fused, selections, buffers, steps)

@@ -18,6 +18,7 @@ from clforge.errors import GraphError
 from clforge.graph.buffers import BufferPlan, Place, Slot
 from clforge.graph.dims import Dim, parse_dim
 from clforge.graph.fuse import Fused, Group
+from clforge.graph.fused_kernel import FusedKernel, FusedOp
 from clforge.graph.guards import AxisCheck, Binding, GuardSet, Solve
 from clforge.graph.plan import Plan
 from clforge.graph.records import GraphIR, Guard, Node, Value
@@ -39,6 +40,8 @@ _RECORDS: dict[str, type] = {
         AxisCheck,
         Fused,
         Group,
+        FusedKernel,
+        FusedOp,
         NodeSelection,
         BufferPlan,
         Place,

@@ -19,7 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+from clforge.core.dtypes import DTYPES
 from clforge.core.tree import DEFAULT, Tree
 from clforge.emit.expand import expand
 from clforge.emit.render import Renderer
@@ -37,6 +39,7 @@ from clforge.errors import (
 from clforge.lint import rules
 from clforge.lint.device_build import compile_problems
 from clforge.references import locate
+from clforge.registry.records import Instance
 from clforge.spec.families import Families, load_families
 from clforge.spec.files import FAMILIES, family_files, is_family_file
 from clforge.spec.load import (
@@ -218,6 +221,18 @@ def tunable_problems(loaded: LoadedSpec) -> list[Diagnostic]:
     ]
 
 
+# what the epilogue hook writes where it applies an epilogue (templates/fused/_chain.cl.j2)
+EPILOGUE_MARK = "/* epilogue */"
+
+
+def _probe(inst: Instance) -> dict[str, Any]:
+    """A probe epilogue for `inst`: the stored value itself, through the hook."""
+    compute = DTYPES[inst.dtype].compute
+    given = {"name": "in0", "index": 0, "kind": "given", "compute": compute, "half": False}
+    chain = {"inputs": [given], "ops": [], "outputs": [], "strided": False, "rank": 1}
+    return {"epilogue": {**chain, "result": "a0_", "vector_ok": ""}}
+
+
 def render_problems(loaded: LoadedSpec, renderer: Renderer) -> list[Diagnostic]:
     """Render every instance of a valid spec; one finding per variant whose template fails,
     located at the variant's `template:` and quoting the template's file:line."""
@@ -228,13 +243,29 @@ def render_problems(loaded: LoadedSpec, renderer: Renderer) -> list[Diagnostic]:
     sig = loaded.signature()
     failed: dict[str, list[str]] = {}
     total: dict[str, int] = {}
+    hookless: set[str] = set()
     for inst in instances:
         total[inst.variant] = total.get(inst.variant, 0) + 1
         try:
             renderer.render(inst, sig, inst.template)
+            if inst.epilogue is not None:
+                probe = renderer.render(inst, sig, inst.template, _probe(inst))
+                if EPILOGUE_MARK not in probe:
+                    hookless.add(inst.variant)
         except TemplateError as exc:
             failed.setdefault(inst.variant, []).append(str(exc))
     out: list[Diagnostic] = []
+    for i, v in enumerate(loaded.spec.variants):
+        if v.name in hookless and v.name not in failed:
+            out.append(
+                loaded.diagnostic(
+                    ("variants", i, "epilogue"),
+                    "epilogue",
+                    f"variant {v.name}: declares an epilogue point on {v.epilogue!r}, but "
+                    f"template {v.template} never applies the epilogue hook (it renders no "
+                    f"{EPILOGUE_MARK}; store {v.epilogue} through mm.store / mm.store_vector)",
+                )
+            )
     for i, v in enumerate(loaded.spec.variants):
         messages = failed.get(v.name)
         if not messages:

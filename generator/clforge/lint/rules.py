@@ -126,6 +126,19 @@ RULES: tuple[Rule, ...] = (
         "convention", _E, "the op's signature does not fit its calling convention (call:)", "dims"
     ),
     Rule(
+        "elementwise-expr",
+        _E,
+        "an expr: naming what it may not, with an input out of parentheses, or on an op that "
+        "is not elementwise",
+        "dims",
+    ),
+    Rule(
+        "epilogue",
+        _E,
+        "an epilogue point on a tensor that is not an output, or a template without the hook",
+        "dims",
+    ),
+    Rule(
         "build-option",
         _E,
         "a build option outside the set clforge passes to the OpenCL compiler",

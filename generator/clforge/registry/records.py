@@ -49,6 +49,13 @@ class OpSig:
     checks: tuple[tuple[str, str], ...] = ()  # (condition, message) checked on every call
     call: str = "direct"  # the eager function's calling convention
     reference: str | None = None  # the NumPy reference, `module:name` (clforge.references)
+    # an elementwise op's expression (core/elementwise_expr.py): ("float", text), ("int", text)
+    expr: tuple[tuple[str, str], ...] = ()
+
+    def expression(self, is_float: bool) -> str | None:
+        """The op's elementwise expression for a float or an integer compute type (None: the
+        op states none)."""
+        return dict(self.expr).get("float" if is_float else "int")
 
     def dims_of(self, env: Mapping[str, int]) -> dict[str, int]:
         """The op's dims among `env` (a guard environment also holds the int attributes): what
@@ -142,6 +149,9 @@ class Instance:
     # conditions over params and the register file every tuned choice must meet
     constraints: tuple[str, ...] = ()
     build_options: str = ""  # passed to clBuildProgram
+    # the output whose stores pass through the template's epilogue hook (None: no epilogue
+    # point; a graph does not fuse elementwise ops into this instance)
+    epilogue: str | None = None
     # a routine: its kernels in order (all in `source`) and the scratch buffers between them
     steps: tuple[Step, ...] = ()
     scratch: tuple[Scratch, ...] = ()

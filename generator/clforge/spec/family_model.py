@@ -77,7 +77,8 @@ VariantOverride = create_model(  # type: ignore[call-overload]
     },
 )
 
-_BODY = {n: f for n, f in OpSpec.model_fields.items() if n not in ("op", "doc", "reference")}
+_OWN = ("op", "doc", "reference", "expr")  # an op's own keys: a family has none of them
+_BODY = {n: f for n, f in OpSpec.model_fields.items() if n not in _OWN}
 _FAMILY_NAME = Field(
     description="the family's name, a C identifier; the file is families/<family>.yaml"
 )
@@ -103,6 +104,7 @@ MemberSpec = create_model(  # type: ignore[call-overload]
     op=_same(OpSpec.model_fields["op"]),
     doc=_same(OpSpec.model_fields["doc"]),
     reference=_same(OpSpec.model_fields["reference"]),
+    expr=_same(OpSpec.model_fields["expr"]),
     family=(
         StrictStr,
         Field(
@@ -127,4 +129,4 @@ MemberSpec = create_model(  # type: ignore[call-overload]
 
 MEMBER_ONLY = ("family", "variants", "omit_variants")  # keys of a member that are not op keys
 # keys of a family file that its members do not inherit
-NOT_INHERITED = ("family", "doc", "reference")
+NOT_INHERITED = ("family", "doc", "reference", "expr")

@@ -243,6 +243,13 @@ class VariantSpec(_Model):
         default_factory=Requires, description="what a device needs to run this variant"
     )
     priority: StrictInt = Field(0, description="breaks ties between equally specific variants")
+    epilogue: StrictStr | None = Field(
+        None,
+        description="an epilogue point: the output whose every element store passes through "
+        "the template's epilogue hook (matmul/_matmul.cl.j2: mm.store, mm.store_vector), where "
+        "a graph's fuse stage applies the elementwise ops that follow the op before the store "
+        "(docs/templates.md, 'Epilogue hooks'); lint renders the variant with a probe to check",
+    )
     build_options: tuple[StrictStr, ...] = Field(
         (),
         description="OpenCL build options for this variant's programs, from a fixed set: "
@@ -291,6 +298,13 @@ class AccuracySpec(_Model):
     doc: StrictStr = Field("", description="where the largest errors are, and why")
 
 
+class ExprForms(_Model):
+    """An elementwise expression whose form differs between float and integer dtypes."""
+
+    float: StrictStr = Field(description="the form for f16, f32 and f64 (computed in float/double)")
+    int: StrictStr = Field(description="the form for i32")
+
+
 class OpSpec(_Model):
     """One op: its signature (dims, tensors, attributes), dtypes, layouts and variants."""
 
@@ -303,6 +317,14 @@ class OpSpec(_Model):
         description="its NumPy reference, `module:name`: a Reference (clforge.references) or "
         "a function (inputs, attrs) -> outputs, computing in float64; `clforge verify`, the "
         "tuner and the tests check kernels against it (e.g. clforge.references.elementwise:relu)",
+    )
+    expr: StrictStr | ExprForms | None = Field(
+        None,
+        description="an elementwise op's expression, stated once: OpenCL C over its inputs by "
+        "name (each in parentheses or as a function argument), its attributes, V (the compute "
+        "type, scalar or vector) and a fixed list of built-ins (docs/spec-format.md, "
+        "'Elementwise expressions'); the op's own kernels and every fused kernel are rendered "
+        "from it",
     )
     dims: tuple[StrictStr, ...] = Field(
         description="symbolic dims; one name means one size everywhere"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clforge.conventions import CONVENTIONS
+from clforge.core import elementwise_expr
 from clforge.core.diagnostics import Collector, KeyPath
 from clforge.core.identifiers import identifier_problem
 from clforge.core.layouts import LAYOUTS
@@ -182,6 +183,32 @@ def check_op(col: Collector, spec: OpSpec, tree: Tree, stem: str, kind: str = "o
     _check_coverage(col, spec, kind)
     _check_ambiguity(col, spec)
     _check_accuracy(col, spec, int_attrs)
+    _check_expr(col, spec)
+
+
+def _check_expr(col: Collector, spec: OpSpec) -> None:
+    """An elementwise expression (expr:) uses only the op's inputs, attributes, V and the
+    built-ins, each input in parentheses; only an elementwise op (one output, every input of
+    its shape) states one."""
+    if spec.expr is None:
+        return
+    outs = list(spec.outputs.values())
+    if len(outs) != 1 or any(t.shape != outs[0].shape for t in spec.inputs.values()):
+        col.add(
+            ("expr",),
+            "elementwise-expr",
+            f"expr: states an elementwise expression, but op {spec.op!r} is not elementwise "
+            "(an elementwise op has one output, and every input has the output's shape)",
+        )
+        return
+    forms = (
+        [((), spec.expr)]
+        if isinstance(spec.expr, str)
+        else [(("float",), spec.expr.float), (("int",), spec.expr.int)]
+    )
+    for sub, text in forms:
+        for problem in elementwise_expr.problems(text, list(spec.inputs), list(spec.attrs)):
+            col.add(("expr", *sub), "elementwise-expr", f"expr {text!r}: {problem}")
 
 
 def _line(col: Collector, keys: KeyPath) -> str:

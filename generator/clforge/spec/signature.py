@@ -31,4 +31,13 @@ def signature_of(spec: OpSpec, path: str) -> OpSig:
         checks=tuple((c.expr, c.message) for c in spec.checks),
         call=spec.call,
         reference=spec.reference,
+        expr=_expr(spec),
     )
+
+
+def _expr(spec: OpSpec) -> tuple[tuple[str, str], ...]:
+    if spec.expr is None:
+        return ()
+    if isinstance(spec.expr, str):
+        return (("float", spec.expr), ("int", spec.expr))
+    return (("float", spec.expr.float), ("int", spec.expr.int))

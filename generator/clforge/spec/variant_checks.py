@@ -42,6 +42,13 @@ def check_variant(
             col.add((*key, "arch", j), "vocabulary", f"variant {v.name}: {exc}")
     for msg in template_problems(v.template, tree):
         col.add((*key, "template"), "template-path", f"variant {v.name}: {msg}")
+    if v.epilogue is not None and v.epilogue not in spec.outputs:
+        col.add(
+            (*key, "epilogue"),
+            "epilogue",
+            f"variant {v.name}: epilogue names {v.epilogue!r}, which is not an output of "
+            f"{spec.op!r} ({', '.join(spec.outputs)})",
+        )
     for j, d in enumerate(v.dtypes or ()):
         if d not in spec.dtypes:
             col.add(
