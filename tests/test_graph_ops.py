@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from clforge import Graph, TensorType, ops
+from clforge import Graph, TensorType, load, ops
 from clforge.errors import GraphError
 from clforge.graph import supported_ops
 
@@ -144,7 +144,7 @@ MASKS = [
 
 
 @pytest.mark.parametrize(("qs", "ks", "mask", "options"), MASKS)
-def test_attention_with_a_mask(qs, ks, mask, options):
+def test_attention_with_a_mask(qs, ks, mask, options, tmp_path):
     """Additive masks (graph values of the call's dtype) and boolean keep masks (NumPy arrays,
     constants of the call's dtype) broadcast over batch, heads and queries as the eager call
     takes them: the compiled model against the eager call and NumPy at odd sizes."""
@@ -160,8 +160,10 @@ def test_attention_with_a_mask(qs, ks, mask, options):
     else:
         m = g.input("m", TensorType("f32", mask))
     g.output(g.ops.attention(q, k, v, mask=m, **options))
-    model = g.compile()
-    assert dict(model.plan.ir.nodes[0].attrs).get("bool_mask", 0) == int(boolean)
+    compiled = g.compile()
+    assert dict(compiled.plan.ir.nodes[0].attrs).get("bool_mask", 0) == int(boolean)
+    compiled.save(tmp_path / "masked.json")  # the mask's kind and a keep mask's constant kept
+    model = load(tmp_path / "masked.json")
     for b, s, t in ((1, 1, 1), (2, 5, 7), (3, 13, 11)):
         env = {"B": b, "S": s, "T": t}
 

@@ -454,7 +454,7 @@ def _shape(im: _Importer, n: OnnxNode) -> list[Operand]:
 
 def _data(im: _Importer, n: OnnxNode, k: int, why: str) -> None:
     """Refuse a data tensor (a graph value) where only shapes are folded."""
-    if isinstance(im.values[n.inputs[k]], GraphValue):
+    if isinstance(im.values.get(n.inputs[k]), GraphValue):
         raise im.fail(n, f"input {n.inputs[k]!r} is a tensor the graph computes; {why}")
 
 
