@@ -434,8 +434,8 @@ def _heads(x: str, out: str, perm: list[int]) -> list[Any]:
 def exported_attention() -> Any:
     """Multi-head self-attention as torch.onnx writes it for symbolic batch and sequence: the
     heads split and merged by reshapes whose target shapes are computed in the graph (the merge
-    from a Slice of the context's Shape and a Mul of its last two dims), the scale a Div by a
-    Constant, the head size from a Div of the model dim by the head count."""
+    from a Slice of the context's Shape and a Mul of its last two dims), the scale from a Div of
+    the model dim by the head count, a padding mask input added as BERT's exporters write it."""
     nodes: list[Any] = [
         n("MatMul", ["x", "wq"], "q"),
         n("MatMul", ["x", "wk"], "k"),
@@ -449,7 +449,11 @@ def exported_attention() -> Any:
         n("Cast", ["hd_dyn"], "hd_f", to=TensorProto.FLOAT),
         n("Sqrt", ["hd_f"], "sq"),
         n("Div", ["scores", "sq"], "scaled"),
-        n("Softmax", ["scaled"], "p", axis=-1),
+        n("Unsqueeze", ["mask", "ax12"], "m4"),  # BERT's padding mask: (1 - m) * -10000
+        n("Sub", ["f1", "m4"], "inv"),
+        n("Mul", ["inv", "big"], "madd"),
+        n("Add", ["scaled", "madd"], "masked"),
+        n("Softmax", ["masked"], "p", axis=-1),
         n("MatMul", ["p", "vh"], "ctx"),
         n("Transpose", ["ctx"], "ctx_t", perm=[0, 2, 1, 3]),
         helper.make_node("Shape", ["ctx_t"], ["cs"], name="shape_ctx"),
@@ -471,8 +475,11 @@ def exported_attention() -> Any:
         "hd": np.array([4], np.int64),
         "s0": np.array([0], np.int64),
         "s2": np.array([2], np.int64),
+        "ax12": np.array([1, 2], np.int64),
+        "f1": np.array(1.0, np.float32),
+        "big": np.array(-10000.0, np.float32),
     }
-    return make(nodes, {"x": ("batch", "seq", 16)}, inits, opset=18)
+    return make(nodes, {"x": ("batch", "seq", 16), "mask": ("batch", "seq")}, inits, opset=18)
 
 
 def test_exported_attention_with_computed_reshapes():
@@ -487,7 +494,9 @@ def test_exported_attention_with_computed_reshapes():
     assert not {"Shape", "Gather", "Concat"} & set(ops)
     compiled = g.compile()
     for b, s in ((1, 1), (3, 7), (2, 13)):
-        got, want = run_both(m, {"x": rand(b, s, 16)}, compiled)
+        mask = (rng.random((b, s)) > 0.3).astype(np.float32)
+        mask[:, 0] = 1
+        got, want = run_both(m, {"x": rand(b, s, 16), "mask": mask}, compiled)
         assert got.shape == want.shape == (b, s, 16)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
