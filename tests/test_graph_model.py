@@ -243,3 +243,59 @@ def test_attention_block_from_views_and_matmuls():
     assert "hd := (D) / (H)" in m.explain(file=None)
     with pytest.raises(CallError, match="not a multiple of H = 4"):
         m(rand(3, 6), rand(4), rand(6, 6), rand(6, 6))
+
+
+SCRIPT_MANY = """
+import sys
+import numpy as np
+import clforge
+m = clforge.load(sys.argv[1])
+ins = dict(np.load(sys.argv[2]))
+out = m(**ins)
+np.savez(sys.argv[3], *(out if isinstance(out, tuple) else (out,)))
+"""
+
+
+def _run_saved(tmp_path: Path, model, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """`model` saved, loaded and called on `inputs` in a fresh process: its outputs."""
+    path = tmp_path / "model.json"
+    model.save(path)
+    np.savez(tmp_path / "in.npz", **inputs)
+    script = tmp_path / "run_many.py"
+    script.write_text(SCRIPT_MANY)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "generator"), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, str(script), str(path), str(tmp_path / "in.npz"), str(tmp_path / "o.npz")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    with np.load(tmp_path / "o.npz") as out:
+        return [out[f"arr_{k}"] for k in range(len(out.files))]
+
+
+def test_save_and_load_dims_solved_from_an_axis(tmp_path):
+    """Inputs of dims `2*S` and `S + 1` (S solved from an axis, `S + 1` checked): saved, loaded
+    in a fresh process, run at odd sizes, and a broken guard still refused after loading."""
+    g = Graph("solved")
+    x = g.input("x", TensorType("f32", ("2*S", 3)))
+    y = g.input("y", TensorType("f32", ("S + 1", "E")))
+    g.output(g.ops.exp(g.reshape(x, ("S", 6))), g.ops.neg(y))
+    model = g.compile()
+    assert any("x.shape[0]" in line for line in model.plan.guards.lines())
+    for s in (1, 7):
+        xs, ys = rand(2 * s, 3), rand(s + 1, 5)
+        a, b = _run_saved(tmp_path, model, {"x": xs, "y": ys})
+        close(a, np.exp(xs.reshape(s, 6)))
+        close(b, -ys)
+    loaded = clforge.load(tmp_path / "model.json")
+    assert loaded.plan.guards == model.plan.guards
+    with pytest.raises(
+        CallError, match=r"guard y.shape\[0\] == S \+ 1 .*fails for S=7, y.shape\[0\]=7"
+    ):
+        loaded(x=rand(14, 3), y=rand(7, 5))
+    with pytest.raises(CallError, match="not a multiple of 2"):
+        loaded(x=rand(13, 3), y=rand(7, 5))

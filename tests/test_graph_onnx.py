@@ -14,7 +14,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from clforge.errors import GraphError  # noqa: E402
+from clforge.errors import CallError, GraphError  # noqa: E402
 from clforge.graph import from_onnx  # noqa: E402
 from clforge.graph.onnx_import import supported_onnx_ops  # noqa: E402
 from clforge.tools.cli import main  # noqa: E402
@@ -207,6 +207,20 @@ CASES: dict[str, tuple[list[Any], dict[str, tuple[Any, ...]], dict[str, Any], in
         23,
         None,
     ),
+    "attention_additive_mask": (  # an input, broadcast over batch and heads
+        [n("Attention", ["x", "x", "x", "m"])],
+        {"x": ("B", 2, "S", 4), "m": ("S", "S")},
+        {},
+        23,
+        None,
+    ),
+    "attention_bool_mask_causal": (  # an initializer: a keep mask broadcast over the batch
+        [n("Attention", ["x", "kv", "kv", "keep"], is_causal=1)],
+        {"x": ("B", 3, 3, 4), "kv": ("B", 3, 5, 4)},
+        {"keep": np.array([[[[True, False, True, True, False]] * 2 + [[False] * 4 + [True]]]])},
+        23,
+        None,
+    ),
     "conv_pools_batch_norm": (
         [
             n("Conv", ["x", "k", "kb"], "c", pads=[1, 0, 1, 0], strides=[2, 1]),
@@ -394,3 +408,191 @@ def test_explain_graph_on_onnx_and_saved_model(tmp_path, capsys):
     onnx.save(bad, str(tmp_path / "bad.onnx"))
     assert main([*cmd, str(tmp_path / "bad.onnx")]) == 1
     assert "clforge has no op for 1 ONNX operator" in capsys.readouterr().err
+
+
+def _heads(x: str, out: str, perm: list[int]) -> list[Any]:
+    """`x` [batch, seq, 16] to heads as a torch exporter writes `x.view(B, S, 4, 4)`: Shape →
+    Gather → Unsqueeze → Concat → Reshape, then Transpose by `perm`."""
+    return [
+        helper.make_node("Shape", [x], [f"{out}_s"], name=f"shape_{out}"),
+        helper.make_node("Gather", [f"{out}_s", "i0"], [f"{out}_b"], name=f"gather_b_{out}"),
+        helper.make_node("Gather", [f"{out}_s", "i1"], [f"{out}_t"], name=f"gather_t_{out}"),
+        helper.make_node("Unsqueeze", [f"{out}_b", "ax0"], [f"{out}_bu"], name=f"unsq_b_{out}"),
+        helper.make_node("Unsqueeze", [f"{out}_t", "ax0"], [f"{out}_tu"], name=f"unsq_t_{out}"),
+        helper.make_node(
+            "Concat",
+            [f"{out}_bu", f"{out}_tu", "heads", "hd"],
+            [f"{out}_shape"],
+            axis=0,
+            name=f"concat_{out}",
+        ),
+        helper.make_node("Reshape", [x, f"{out}_shape"], [f"{out}_r"], name=f"reshape_{out}"),
+        helper.make_node("Transpose", [f"{out}_r"], [out], perm=perm, name=f"transpose_{out}"),
+    ]
+
+
+def exported_attention() -> Any:
+    """Multi-head self-attention as torch.onnx writes it for symbolic batch and sequence: the
+    heads split and merged by reshapes whose target shapes are computed in the graph (the merge
+    from a Slice of the context's Shape and a Mul of its last two dims), the scale from a Div of
+    the model dim by the head count, a padding mask input added as BERT's exporters write it."""
+    nodes: list[Any] = [
+        n("MatMul", ["x", "wq"], "q"),
+        n("MatMul", ["x", "wk"], "k"),
+        n("MatMul", ["x", "wv"], "v"),
+        *_heads("q", "qh", [0, 2, 1, 3]),
+        *_heads("k", "kh", [0, 2, 3, 1]),
+        *_heads("v", "vh", [0, 2, 1, 3]),
+        n("MatMul", ["qh", "kh"], "scores"),
+        helper.make_node("Shape", ["x"], ["xs"], name="shape_x", start=2),
+        n("Div", ["xs", "heads"], "hd_dyn"),  # 16 / 4, an int at import
+        n("Cast", ["hd_dyn"], "hd_f", to=TensorProto.FLOAT),
+        n("Sqrt", ["hd_f"], "sq"),
+        n("Div", ["scores", "sq"], "scaled"),
+        n("Unsqueeze", ["mask", "ax12"], "m4"),  # BERT's padding mask: (1 - m) * -10000
+        n("Sub", ["f1", "m4"], "inv"),
+        n("Mul", ["inv", "big"], "madd"),
+        n("Add", ["scaled", "madd"], "masked"),
+        n("Softmax", ["masked"], "p", axis=-1),
+        n("MatMul", ["p", "vh"], "ctx"),
+        n("Transpose", ["ctx"], "ctx_t", perm=[0, 2, 1, 3]),
+        helper.make_node("Shape", ["ctx_t"], ["cs"], name="shape_ctx"),
+        n("Slice", ["cs", "s0", "s2", "ax0"], "lead"),
+        n("Gather", ["cs", "i2"], "nh"),
+        n("Gather", ["cs", "i3"], "dh"),
+        n("Mul", ["nh", "dh"], "width"),
+        n("Unsqueeze", ["width", "ax0"], "width_u"),
+        n("Concat", ["lead", "width_u"], "merged", axis=0),
+        n("Reshape", ["ctx_t", "merged"], "ctx_m"),
+        n("MatMul", ["ctx_m", "wo"]),
+    ]
+    i64 = {k: np.array(v, np.int64) for k, v in {"i0": 0, "i1": 1, "i2": 2, "i3": 3}.items()}
+    inits = {
+        **{w: rand(16, 16) for w in ("wq", "wk", "wv", "wo")},
+        **i64,
+        "ax0": np.array([0], np.int64),
+        "heads": np.array([4], np.int64),
+        "hd": np.array([4], np.int64),
+        "s0": np.array([0], np.int64),
+        "s2": np.array([2], np.int64),
+        "ax12": np.array([1, 2], np.int64),
+        "f1": np.array(1.0, np.float32),
+        "big": np.array(-10000.0, np.float32),
+    }
+    return make(nodes, {"x": ("batch", "seq", 16), "mask": ("batch", "seq")}, inits, opset=18)
+
+
+def test_exported_attention_with_computed_reshapes():
+    """Shape subgraphs are folded at import into the graph's dims: the reshapes are views to
+    [batch, seq, 4, 4] and [batch, seq, 16], the model runs against ONNX Runtime at odd sizes."""
+    m = exported_attention()
+    g = from_onnx(m)
+    shapes = {v.name: str(list(map(str, v.shape))) for v in g._values}
+    assert shapes["reshape"] == "['batch', 'seq', '4', '4']"
+    assert "['batch', 'seq', '16']" in shapes.values()
+    ops = [node.op for node in g.ir().nodes]
+    assert not {"Shape", "Gather", "Concat"} & set(ops)
+    compiled = g.compile()
+    for b, s in ((1, 1), (3, 7), (2, 13)):
+        mask = (rng.random((b, s)) > 0.3).astype(np.float32)
+        mask[:, 0] = 1
+        got, want = run_both(m, {"x": rand(b, s, 16), "mask": mask}, compiled)
+        assert got.shape == want.shape == (b, s, 16)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_shape_chains_that_cannot_fold_name_the_node():
+    i64 = {"i0": np.array(0, np.int64), "ax0": np.array([0], np.int64)}
+    # a Div of a symbolic dim that is not whole for every size
+    m = make(
+        [
+            helper.make_node("Shape", ["x"], ["s"], name="shape_x"),
+            n("Gather", ["s", "i0"], "b"),
+            n("Div", ["b", "three"], "third"),
+            n("Unsqueeze", ["third", "ax0"], "tu"),
+            n("Concat", ["tu", "minus"], "target", axis=0),
+            n("Reshape", ["x", "target"]),
+        ],
+        {"x": ("S", 6)},
+        {**i64, "three": np.array(3, np.int64), "minus": np.array([-1], np.int64)},
+    )
+    with pytest.raises(GraphError, match=r"Div node 'div_third': cannot fold .* S by 3 is not"):
+        from_onnx(m)
+    # a target shape computed from data
+    m = make(
+        [n("Relu", ["x"], "r"), n("Gather", ["r", "i0"], "g"), n("Reshape", ["x", "g"])],
+        {"x": ("S", 6)},
+        i64,
+    )
+    with pytest.raises(GraphError, match=r"Gather node 'gather_g': input 'r' is a tensor"):
+        from_onnx(m)
+    # a symbolic shape used as data
+    m = make(
+        [helper.make_node("Shape", ["x"], ["s"], name="shape_x"), n("Cast", ["s"], to=F32)],
+        {"x": ("S", 6)},
+    )
+    with pytest.raises(GraphError, match=r"Cast node 'cast_y': input 's' is the shape \[S, 6\]"):
+        from_onnx(m)
+
+
+END = np.iinfo(np.int64).max  # what exporters write for "to the end"
+
+
+def test_slices_unsqueeze_and_expand_on_tensors_are_views():
+    """Slice (columns of a fused projection, from the end, rows past the first), Unsqueeze and
+    an Expand that only adds an axis of 1 import as views (no kernel of their own), checked
+    against ONNX Runtime and NumPy at odd sizes."""
+    i64 = {
+        k: np.array(v, np.int64)
+        for k, v in {
+            "c4": [4],
+            "c8": [8],
+            "m4": [-4],
+            "end": [END],
+            "one": [1],
+            "ax1": [1],
+            "axm1": [-1],
+            "ax0": [0],
+            "e": [1, 1, 4],
+        }.items()
+    }
+    nodes = [
+        n("Slice", ["x", "c4", "c8", "ax1"], "mid"),  # x[:, 4:8]
+        n("Slice", ["x", "m4", "end", "axm1"], "last"),  # x[:, -4:]
+        n("Add", ["mid", "last"], "sum"),
+        n("Slice", ["sum", "one", "end", "ax0"], "rows"),  # sum[1:]
+        n("Unsqueeze", ["rows", "ax0"], "u"),
+        n("Expand", ["u", "e"]),
+    ]
+    m = make(nodes, {"x": ("S", 12)}, i64)
+    g = from_onnx(m)
+    assert [node.op for node in g.ir().nodes] == ["slice", "slice", "add", "slice", "reshape"]
+    compiled = g.compile()
+    for s in (2, 5, 13):
+        x = rand(s, 12)
+        got, want = run_both(m, {"x": x}, compiled)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got, (x[:, 4:8] + x[:, -4:])[None, 1:], rtol=1e-6)
+
+
+def test_a_slice_from_the_end_of_a_symbolic_axis_is_guarded():
+    """`x[-3:]` of a symbolic axis: ONNX clamps the start at 0 where the axis is shorter, a
+    graph's view needs S >= 3, checked by the call's guards."""
+    inits = {"m3": np.array([-3], np.int64), "end": np.array([END], np.int64)}
+    m = make([n("Slice", ["x", "m3", "end"])], {"x": ("S", 5)}, inits)
+    compiled = from_onnx(m).compile()
+    x = rand(7, 5)
+    np.testing.assert_allclose(compiled(x=x), x[-3:])
+    with pytest.raises(CallError, match=r"guard 0 <= S \+ -3 .* fails for S=2"):
+        compiled(x=rand(2, 5))
+
+
+def test_copies_are_refused_naming_the_node():
+    inits = {"e": np.array([3, 5], np.int64), "s": np.array([0], np.int64)}
+    m = make([n("Expand", ["x", "e"])], {"x": (1, 5)}, inits)
+    with pytest.raises(GraphError, match=r"Expand node 'expand_y': expanding x .* would copy it"):
+        from_onnx(m)
+    inits = {"s": np.array([0], np.int64), "t": np.array([4], np.int64), "two": np.array([2])}
+    m = make([n("Slice", ["x", "s", "t", "s", "two"])], {"x": ("S", 5)}, inits)
+    with pytest.raises(GraphError, match=r"Slice node 'slice_y': step 2 along axis 0"):
+        from_onnx(m)

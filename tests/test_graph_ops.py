@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from clforge import Graph, TensorType, ops
+from clforge import Graph, TensorType, load, ops
 from clforge.errors import GraphError
 from clforge.graph import supported_ops
 
@@ -114,13 +114,89 @@ def test_attention_with_heads_and_a_symbolic_head_size():
         np.testing.assert_allclose(model(*args), want, rtol=1e-5, atol=1e-5)
 
 
+def attention_ref(q, k, v, mask=None, causal=False):
+    """NumPy's attention: scores scaled by 1/sqrt(D), an additive or a boolean (keep) mask
+    broadcast, top-left causal; a row with no key left gives zeros."""
+    q, k, v = (a.astype(np.float64) for a in (q, k, v))
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf) if mask.dtype == np.bool_ else s + mask
+    if causal:
+        sq, sk = s.shape[-2:]
+        s = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -np.inf, s)
+    top = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(top), top, 0))
+    tot = e.sum(axis=-1, keepdims=True)
+    return np.where(tot > 0, e / np.where(tot > 0, tot, 1), 0) @ v
+
+
+# (q's dims, k's and v's dims, the mask: dims of a graph input (additive), or a boolean NumPy
+# array's shape, the call's options)
+MASKS = [
+    (("B", 3, "S", 4), ("B", 3, "T", 4), ("S", "T"), {}),  # over batch and heads
+    (("B", 3, "S", 4), ("B", 3, "T", 4), ("B", 1, 1, "T"), {}),  # a padding mask
+    (("B", 3, "S", 4), ("B", 3, "T", 4), ("B", 3, "S", "T"), {"causal": True}),
+    (("B", "S", 5), ("B", "T", 5), ("B", "S", "T"), {}),  # no heads axis
+    (("B", "S", 5), ("B", "T", 5), ("T",), {"causal": True}),
+    ((2, 3, "S", 4), (2, 3, 7, 4), (2, 1, 1, 7), {}),  # bool: a keep mask
+    ((2, "S", 5), (2, 7, 5), (1, 7), {"causal": True}),
+]
+
+
+@pytest.mark.parametrize(("qs", "ks", "mask", "options"), MASKS)
+def test_attention_with_a_mask(qs, ks, mask, options, tmp_path):
+    """Additive masks (graph values of the call's dtype) and boolean keep masks (NumPy arrays,
+    constants of the call's dtype) broadcast over batch, heads and queries as the eager call
+    takes them: the compiled model against the eager call and NumPy at odd sizes."""
+    g = Graph("masked")
+    q = g.input("q", TensorType("f32", qs))
+    k = g.input("k", TensorType("f32", ks))
+    v = g.input("v", TensorType("f32", ks))
+    boolean = all(isinstance(d, int) for d in mask)
+    if boolean:
+        keep = rng.random(mask) > 0.4
+        keep[0] = False  # every key of batch 0 masked out: its rows give zeros
+        m = keep
+    else:
+        m = g.input("m", TensorType("f32", mask))
+    g.output(g.ops.attention(q, k, v, mask=m, **options))
+    compiled = g.compile()
+    assert dict(compiled.plan.ir.nodes[0].attrs).get("bool_mask", 0) == int(boolean)
+    compiled.save(tmp_path / "masked.json")  # the mask's kind and a keep mask's constant kept
+    model = load(tmp_path / "masked.json")
+    for b, s, t in ((1, 1, 1), (2, 5, 7), (3, 13, 11)):
+        env = {"B": b, "S": s, "T": t}
+
+        def sized(dims, env=env):
+            return tuple(env[d] if isinstance(d, str) else d for d in dims)
+
+        args = {
+            "q": arr("f32", sized(qs)),
+            "k": arr("f32", sized(ks)),
+            "v": arr("f32", sized(ks)),
+        }
+        if boolean:
+            mk = keep
+        else:
+            mk = np.where(rng.random(sized(mask)) > 0.3, 0.0, -np.inf).astype(np.float32)
+            mk[..., 0] = rng.standard_normal(mk.shape[:-1])  # a finite score for every row
+            args["m"] = mk
+        got = model(**args)
+        qkv = [args["q"], args["k"], args["v"]]
+        want = ops.attention(*qkv, mask=mk, **options)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        ref = attention_ref(*qkv, mask=mk, **options)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("op", "shape", "kwargs", "match"),
     [
         ("conv2d", ("N", 3, "H", 9), {}, "dim OH is not a product of the graph's dims"),
         ("max_pool2d", ("N", 3, 8, "W"), {"kernel_size": 2}, "dim OW is not a product"),
         ("conv2d", ("N", 3, 8, 9), {"layout": "NHWC"}, "layout='NHWC' is not supported"),
-        ("attention", ("B", "S", "D"), {"mask": True}, "input 'mask': a mask in a graph"),
+        ("attention", ("B", "S", "D"), {"mask": ("T", "S")}, "does not broadcast to the scores"),
+        ("attention", ("B", "S", "D"), {"mask": np.zeros((1, 1))}, "a NumPy array of float64"),
     ],
 )
 def test_refused_in_graphs_with_a_reason(op, shape, kwargs, match):
@@ -130,7 +206,10 @@ def test_refused_in_graphs_with_a_reason(op, shape, kwargs, match):
         args = [x, g.input("w", TensorType("f32", (4, 3, 3, 3)))]
     elif op == "attention":
         args = [x, x, x]
-        kwargs = {"mask": g.input("m", TensorType("f32", ("S", "S")))}
+        mask = kwargs["mask"]
+        kwargs = {
+            "mask": mask if isinstance(mask, np.ndarray) else g.input("m", TensorType("f32", mask))
+        }
     else:
         args = [x]
     with pytest.raises(GraphError, match=match):

@@ -15,6 +15,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from clforge.call.binding import bind, call_types, outputs_in_order
 from clforge.conventions import CONVENTIONS
+from clforge.conventions.base import Probe
 from clforge.core.dtypes import DTYPES
 from clforge.registry.records import OpSig
 
@@ -23,10 +24,11 @@ Result = tuple[tuple[int, ...], np.dtype]  # one result's shape and dtype
 
 def probe_array(shape: tuple[int, ...], dtype: str | np.dtype) -> np.ndarray:
     """A read-only array of `shape` with all strides 0: sizes without memory. `dtype` is a
-    clforge dtype's name or a NumPy dtype."""
+    clforge dtype's name or a NumPy dtype. It is a :class:`~clforge.conventions.base.Probe`,
+    which conventions take for a row-major array of its shape (no axis stretched)."""
     np_dtype = DTYPES[dtype].np_dtype if isinstance(dtype, str) else np.dtype(dtype)
     base = np.zeros(1, np_dtype)
-    return as_strided(base, shape, (0,) * len(shape), writeable=False)
+    return as_strided(base, shape, (0,) * len(shape), writeable=False).view(Probe)
 
 
 def result_types(

@@ -10,7 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from clforge.conventions.base import Canonical, Convention, PyParam, array_of, reshape
+from clforge.conventions.base import (
+    Canonical,
+    Convention,
+    Probe,
+    PyParam,
+    array_of,
+    reshape,
+)
 from clforge.core.dtypes import dtype_of_numpy
 from clforge.errors import CallError
 from clforge.registry.records import OpSig
@@ -122,7 +129,8 @@ def _softcap(op: OpSig, softcap: Any) -> float:
 def _mask(op: OpSig, name: str, mask: Any, scores: tuple[int, ...]) -> Any:
     """The mask with the scores' rank (size-1 axes stretch), as a view: a NumPy mask broadcast
     by stride 0 (np.broadcast_to) at its un-broadcast size. A boolean mask must be a NumPy
-    array (the eager layer casts it to q's dtype on the host)."""
+    array (the eager layer casts it to q's dtype on the host). A probe array (a graph value's
+    sizes) is a row-major buffer: none of its axes is stretched."""
     if isinstance(mask, np.generic):  # a NumPy scalar (np.True_): a 0-d NumPy mask
         mask = np.asarray(mask)
     shape = tuple(int(n) for n in mask.shape)
@@ -134,7 +142,7 @@ def _mask(op: OpSig, name: str, mask: Any, scores: tuple[int, ...]) -> Any:
             f"{op.name}: {name} of shape {shape} does not broadcast to the scores' shape "
             f"{dims} = {scores}"
         )
-    if isinstance(mask, np.ndarray):
+    if isinstance(mask, np.ndarray) and not isinstance(mask, Probe):
         stretched = tuple(
             slice(0, 1) if st == 0 and n > 1 else slice(None)
             for n, st in zip(shape, mask.strides, strict=True)

@@ -13,6 +13,13 @@ from clforge.errors import CallError
 from clforge.registry.records import OpSig
 
 
+class Probe(np.ndarray):
+    """A probe array (:func:`clforge.call.results.probe_array`): sizes without memory, every
+    stride 0. It stands for a row-major buffer of its shape (a graph value, or an eager call's
+    array whose results are sized without running it), so a convention that reads strides to
+    find axes stretched by broadcasting (attention's mask) takes none of its axes as stretched."""
+
+
 @dataclass(frozen=True)
 class PyParam:
     """A keyword parameter that a convention adds to the generated eager function."""

@@ -331,7 +331,9 @@ class Model:
             canon = CONVENTIONS[sig.call].canonical(
                 sig, {t.name: given.get(t.name) for t in sig.inputs}, dict(n.options)
             )
-            attrs = {**dict(n.attrs), **canon.attrs}
+            # the node's attributes win (a keep mask's bool_mask=1 the probes do not show); the
+            # convention computes those left off the node (a scale from a symbolic head size)
+            attrs = {**canon.attrs, **dict(n.attrs)}
             shapes: dict[str, Any] = dict(canon.inputs)
             fills: dict[str, cla.Array] = {}
             missing = [t for t in sig.inputs if t.name not in shapes]

@@ -21,7 +21,7 @@ from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.errors import GraphError
 from clforge.graph.dims import Dim, shape_str
 from clforge.graph.records import GraphIR, Guard, Node, Value
-from clforge.graph.shapes import SUPPORTED_CONVENTIONS, infer, same_size
+from clforge.graph.shapes import KEEP_MASKS, SUPPORTED_CONVENTIONS, infer, same_size
 from clforge.registry import loader as registry_mod
 from clforge.registry.records import OpSig
 
@@ -234,10 +234,11 @@ class Graph:
 
     def slice(self, x: GraphValue, start: int | str, stop: int | str, axis: int = 0) -> GraphValue:
         """`x[start:stop]` along `axis`, a view (no kernel of its own): `start` and `stop` are
-        ints or dims (``"D"``, ``"2*D"``), and a call checks ``0 <= stop - start`` and ``stop <=``
-        the axis's size. Its consumers read it in place where they can (its memory a layout
-        they read, its first element on a sub-buffer boundary), else it is gathered before
-        them; ``model.explain()`` says which (docs/graph.md, "Views")."""
+        ints or dims (``"D"``, ``"2*D"``, ``"D + -3"``), and a call checks ``0 <= start``,
+        ``0 <= stop - start`` and ``stop <=`` the axis's size. Its consumers read it in place
+        where they can (its memory a layout they read, its first element on a sub-buffer
+        boundary), else it is gathered before them; ``model.explain()`` says which
+        (docs/graph.md, "Views")."""
         v = self._own(x, "slice")
         rank = len(v.shape)
         if isinstance(axis, bool) or not isinstance(axis, int) or not -rank <= axis < rank:
@@ -250,7 +251,10 @@ class Graph:
         minus = Dim.const(-1)
         width, room = hi + lo * minus, v.shape[axis] + hi * minus
         origin = f"slice of {v.name} {shape_str(v.shape)} [{lo}:{hi}] along axis {axis}"
-        for dim, what in ((width, "stop - start"), (room, "the axis's size - stop")):
+        checks = [(width, "stop - start"), (room, "the axis's size - stop")]
+        if any(c < 0 for _, c in lo.terms):  # a start counted from the end: "D + -3"
+            checks.insert(0, (lo, "start"))
+        for dim, what in checks:
             if dim.is_int and dim.value < 0:
                 raise GraphError(f"graph {self.name!r}: {origin}: {what} is {dim.value} < 0")
             if not dim.is_int:
@@ -331,7 +335,7 @@ class Graph:
                 )
         arrays = [v for v in named.values() if isinstance(v, GraphValue)]
         args: dict[str, Value | None] = {}
-        for t in sig.inputs:
+        for pos, t in enumerate(sig.inputs):
             val = named.get(t.name)
             if val is None:
                 if not t.optional:
@@ -342,6 +346,17 @@ class Graph:
             elif isinstance(val, (int, float)) and not isinstance(val, bool):
                 dtype = t.dtype or (arrays[0].dtype if arrays else sig.dtypes[0])
                 args[t.name] = self._scalar(val, dtype)._value
+            elif (sig.call, pos) in KEEP_MASKS and isinstance(val, (np.ndarray, np.bool_)):
+                if np.asarray(val).dtype != np.bool_:
+                    raise GraphError(
+                        f"{here}: input {t.name!r} is a NumPy array of {np.asarray(val).dtype}; "
+                        "a mask is a graph value (additive, of the call's dtype) or a boolean "
+                        "NumPy array (a keep mask)"
+                    )
+                dtype = arrays[0].dtype if arrays else sig.dtypes[0]
+                keep = np.asarray(val).astype(DTYPES[dtype].np_dtype)
+                args[t.name] = self.constant(keep, name=t.name)._value
+                attrs[KEEP_MASKS[(sig.call, pos)]] = 1
             else:
                 raise GraphError(
                     f"{here}: input {t.name!r} is a {type(val).__name__}; in a graph, inputs are "

@@ -6,8 +6,9 @@ set defines them; initializers (and ``Constant`` nodes) become constants; an inp
 names every such operator and its nodes, before anything is recorded.
 
 Shape-like inputs (``Reshape``'s shape, ``Reduce*``'s and ``Squeeze``'s axes from opset 13 or
-18 on, ``Clip``'s bounds) must be initializers or ``Constant`` outputs: they are read at import,
-not computed by the graph. The ``onnx`` package is an optional extra (``pip install
+18 on) are read at import: initializers, ``Constant`` outputs, or shape subgraphs (``Shape`` →
+``Gather`` → ``Concat`` ...) folded into symbolic dims (:mod:`clforge.graph.onnx_shapes`), never
+computed by the graph. The ``onnx`` package is an optional extra (``pip install
 'clforge[onnx]'``); this module imports it when called.
 """
 
@@ -22,9 +23,11 @@ import numpy as np
 
 from clforge.call.compiled import TensorType
 from clforge.errors import GraphError
+from clforge.graph import onnx_shapes as sym
 from clforge.graph.capture import Graph, GraphValue
 from clforge.graph.dims import Dim
 from clforge.graph.onnx_patterns import OnnxNode, fold_erf_gelu
+from clforge.graph.onnx_shapes import SymShape
 from clforge.graph.shapes import same_size
 
 # ONNX TensorProto element types clforge has
@@ -46,7 +49,9 @@ _REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "Reduce
 # the opset from which a reduction takes its axes as an input, not an attribute
 _AXES_INPUT_FROM = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "ReduceMin": 18}
 
-Operand = GraphValue | np.ndarray  # a graph value, or an array known at import (not yet a constant)
+# a graph value, an array known at import (not yet a constant), or an integer tensor known at
+# import as symbolic dims (a shape subgraph's value)
+Operand = GraphValue | np.ndarray | SymShape
 
 
 class _Importer:
@@ -60,6 +65,14 @@ class _Importer:
     def value(self, node: OnnxNode, name: str) -> GraphValue:
         """Input `name` as a graph value (an array known at import becomes a constant here)."""
         v = self.values[name]
+        if isinstance(v, SymShape):
+            if not v.is_int:
+                raise self.fail(
+                    node,
+                    f"input {name!r} is the shape {v}, folded at import from symbolic dims; it is "
+                    "taken as a shape (Reshape's), not as a tensor",
+                )
+            v = v.array()
         if isinstance(v, np.ndarray):
             if v.dtype in (np.bool_, np.int64):
                 v = self._narrowed(node, name, v)
@@ -80,12 +93,39 @@ class _Importer:
     def known(self, node: OnnxNode, name: str, what: str) -> np.ndarray:
         """Input `name` as an array known at import (an initializer or a Constant's output)."""
         v = self.values.get(name)
+        if isinstance(v, SymShape) and v.is_int:
+            return v.array()
         if not isinstance(v, np.ndarray):
             raise GraphError(
                 f"graph {self.g.name!r}: {node.where}: {what} ({name!r}) must be an initializer "
-                "or a Constant, not computed by the graph"
+                "or a Constant, or a shape subgraph that folds to ints, not computed by the graph"
             )
         return v
+
+    def dims(self, node: OnnxNode, name: str, what: str) -> SymShape:
+        """Input `name` as dims known at import: an integer initializer or Constant, or a shape
+        subgraph's value (``Shape`` → ``Gather`` → ``Concat`` ...)."""
+        v = self.values.get(name)
+        if isinstance(v, SymShape):
+            return v
+        if isinstance(v, np.ndarray):
+            try:
+                return SymShape.of(v)
+            except GraphError as exc:
+                raise self.fail(node, f"{what} ({name!r}): {exc}") from None
+        raise self.fail(
+            node,
+            f"{what} ({name!r}) must be an initializer, a Constant, or computed from shapes "
+            "(Shape, Gather, Slice, Concat, Unsqueeze, Squeeze, Add, Sub, Mul, Div, Cast), not "
+            "computed by the graph from data",
+        )
+
+    def is_shape(self, name: str) -> bool:
+        """Whether input `name` is an integer tensor of rank 0 or 1 known at import."""
+        v = self.values.get(name)
+        return isinstance(v, SymShape) or (
+            isinstance(v, np.ndarray) and v.ndim <= 1 and np.issubdtype(v.dtype, np.integer)
+        )
 
     def ints(self, node: OnnxNode, name: str, what: str) -> tuple[int, ...]:
         return tuple(int(n) for n in self.known(node, name, what).reshape(-1))
@@ -106,6 +146,9 @@ def _unary(op: str) -> Handler:
 
 def _binary(op: str) -> Handler:
     def handle(im: _Importer, n: OnnxNode) -> list[Operand]:
+        if op != "pow" and all(im.is_shape(x) for x in n.inputs[:2]):
+            a_dims, b_dims = (im.dims(n, x, "an operand") for x in n.inputs[:2])
+            return [_folded(im, n, lambda: sym.arith(n.op_type, a_dims, b_dims))]
         a, b = (im.value(n, x) for x in n.inputs[:2])
         return [getattr(im.g.ops, op)(a, b)]
 
@@ -247,24 +290,27 @@ def _transpose(im: _Importer, n: OnnxNode) -> list[Operand]:
     return [im.g.ops.permute(x, axes=axes)]
 
 
-def _target(im: _Importer, n: OnnxNode, x: GraphValue, shape: Sequence[int]) -> tuple[str, ...]:
-    """Reshape's target as dims: 0 copies the input's dim (unless allowzero), -1 takes the
-    rest."""
+def _target(im: _Importer, n: OnnxNode, x: GraphValue, target: SymShape) -> tuple[str, ...]:
+    """Reshape's target as dims (ints, or symbolic from a folded shape subgraph): 0 copies the
+    input's dim (unless allowzero), -1 takes the rest."""
     allowzero = bool(n.attrs.get("allowzero", 0))
+    shape = str(target)
     dims: list[Dim | None] = []
-    for i, s in enumerate(shape):
-        if s == 0 and not allowzero:
+    for i, s in enumerate(target.dims):
+        if not s.is_int:
+            dims.append(s)
+        elif s.value == 0 and not allowzero:
             if i >= x.ndim:
-                raise im.fail(n, f"shape {tuple(shape)}: 0 at axis {i}, past the input's rank")
+                raise im.fail(n, f"shape {shape}: 0 at axis {i}, past the input's rank")
             dims.append(x.shape[i])
-        elif s == -1:
+        elif s.value == -1:
             dims.append(None)
-        elif s < 0:
-            raise im.fail(n, f"shape {tuple(shape)} has {s}")
+        elif s.value < 0:
+            raise im.fail(n, f"shape {shape} has {s}")
         else:
-            dims.append(Dim.const(s))
+            dims.append(s)
     if dims.count(None) > 1:
-        raise im.fail(n, f"shape {tuple(shape)} has more than one -1")
+        raise im.fail(n, f"shape {shape} has more than one -1")
     if None in dims:
         rest = same_size(tuple(x.shape), tuple(d for d in dims if d is not None))
         if rest is None:
@@ -274,7 +320,7 @@ def _target(im: _Importer, n: OnnxNode, x: GraphValue, shape: Sequence[int]) -> 
         else:
             raise im.fail(
                 n,
-                f"shape {tuple(shape)}: -1 is not a whole dim for an input of shape "
+                f"shape {shape}: -1 is not a whole dim for an input of shape "
                 f"{tuple(str(d) for d in x.shape)}",
             )
         dims = [fill if d is None else d for d in dims]
@@ -283,7 +329,7 @@ def _target(im: _Importer, n: OnnxNode, x: GraphValue, shape: Sequence[int]) -> 
 
 def _reshape(im: _Importer, n: OnnxNode) -> list[Operand]:
     x = im.value(n, n.inputs[0])
-    return [im.g.reshape(x, _target(im, n, x, im.ints(n, n.inputs[1], "the shape")))]
+    return [im.g.reshape(x, _target(im, n, x, im.dims(n, n.inputs[1], "the shape")))]
 
 
 def _flatten(im: _Importer, n: OnnxNode) -> list[Operand]:
@@ -295,6 +341,9 @@ def _flatten(im: _Importer, n: OnnxNode) -> list[Operand]:
 
 
 def _squeeze(im: _Importer, n: OnnxNode) -> list[Operand]:
+    if im.is_shape(n.inputs[0]):
+        data = im.dims(n, n.inputs[0], "the input")
+        return [_folded(im, n, lambda: sym.squeeze(data))]
     x = im.value(n, n.inputs[0])
     if im.opset >= 13:
         axes = im.ints(n, n.inputs[1], "axes") if len(n.inputs) > 1 and n.inputs[1] else None
@@ -313,11 +362,14 @@ def _squeeze(im: _Importer, n: OnnxNode) -> list[Operand]:
 
 
 def _unsqueeze(im: _Importer, n: OnnxNode) -> list[Operand]:
-    x = im.value(n, n.inputs[0])
     if im.opset >= 13:
         axes = im.ints(n, n.inputs[1], "axes")
     else:
         axes = tuple(int(a) for a in n.attrs["axes"])
+    if im.is_shape(n.inputs[0]) and im.dims(n, n.inputs[0], "the input").scalar:
+        data = im.dims(n, n.inputs[0], "the input")
+        return [_folded(im, n, lambda: sym.unsqueeze(data, axes))]
+    x = im.value(n, n.inputs[0])
     rank = x.ndim + len(axes)
     at = {a % rank for a in axes}
     rest = iter(x.shape)
@@ -326,6 +378,8 @@ def _unsqueeze(im: _Importer, n: OnnxNode) -> list[Operand]:
 
 def _cast(im: _Importer, n: OnnxNode) -> list[Operand]:
     to = int(n.attrs["to"])
+    if isinstance(im.values[n.inputs[0]], SymShape) and to in (6, 7):  # int32, int64
+        return [im.values[n.inputs[0]]]
     if to not in _CASTS:
         raise im.fail(n, f"to={to}: clforge casts to f16, f32, f64 and i32 only")
     return [getattr(im.g.ops, _CASTS[to])(im.value(n, n.inputs[0]))]
@@ -347,11 +401,17 @@ def _clip(im: _Importer, n: OnnxNode) -> list[Operand]:
 
 
 def _attention(im: _Importer, n: OnnxNode) -> list[Operand]:
-    """ONNX's Attention (opset 23): q, k, v of rank 4 (B, H, S, D) without a mask, past keys
-    or extra outputs; is_causal, scale and softcap as clforge's attention takes them."""
-    extra = [k for k in n.inputs[3:] if k] + [o for o in n.outputs[1:] if o]
+    """ONNX's Attention (opset 23): q, k, v of rank 4 (B, H, S, D) and an optional attn_mask
+    (boolean: True takes part, as an initializer or a Constant; or additive, of q's type),
+    broadcast to (B, H, SQ, SK); no past keys or extra outputs; is_causal, scale and softcap as
+    clforge's attention takes them."""
+    extra = [k for k in n.inputs[4:] if k] + [o for o in n.outputs[1:] if o]
     if extra:
-        raise im.fail(n, "takes q, k, v only (no mask, past key/value or extra outputs)")
+        raise im.fail(
+            n,
+            "takes q, k, v and attn_mask only (no past key/value, nonpad_kv_seqlen or extra "
+            "outputs)",
+        )
     q, k, v = (im.value(n, x) for x in n.inputs[:3])
     if q.ndim != 4:
         raise im.fail(
@@ -364,7 +424,158 @@ def _attention(im: _Importer, n: OnnxNode) -> list[Operand]:
         kw["softcap"] = _f32(n.attrs["softcap"])
     if q.shape[1] != k.shape[1]:
         kw["enable_gqa"] = True
+    if len(n.inputs) > 3 and n.inputs[3]:
+        mask = im.values[n.inputs[3]]
+        is_bool = isinstance(mask, np.ndarray) and mask.dtype == np.bool_
+        kw["mask"] = mask if is_bool else im.value(n, n.inputs[3])  # a keep mask, or additive
     return [im.g.ops.attention(q, k, v, **kw)]
+
+
+def _folded(im: _Importer, n: OnnxNode, fold: Callable[[], SymShape]) -> SymShape:
+    """A shape subgraph's node evaluated at import; what cannot be is refused, naming it."""
+    try:
+        return fold()
+    except GraphError as exc:
+        raise im.fail(n, f"cannot fold this shape computation at import: {exc}") from None
+
+
+def _shape(im: _Importer, n: OnnxNode) -> list[Operand]:
+    """ONNX's Shape (``start``, ``end`` from opset 15): the input's dims, symbolic or not."""
+    x = im.values[n.inputs[0]]
+    if isinstance(x, SymShape):
+        dims: tuple[Dim, ...] = () if x.scalar else (Dim.const(len(x.dims)),)
+    elif isinstance(x, np.ndarray):
+        dims = tuple(Dim.const(int(s)) for s in x.shape)
+    else:
+        dims = x.shape
+    start, end = int(n.attrs.get("start", 0)), n.attrs.get("end")
+    return [SymShape(dims[slice(start, None if end is None else int(end))])]
+
+
+def _data(im: _Importer, n: OnnxNode, k: int, why: str) -> None:
+    """Refuse a data tensor (a graph value) where only shapes are folded."""
+    if isinstance(im.values.get(n.inputs[k]), GraphValue):
+        raise im.fail(n, f"input {n.inputs[k]!r} is a tensor the graph computes; {why}")
+
+
+def _gather(im: _Importer, n: OnnxNode) -> list[Operand]:
+    _data(im, n, 0, "Gather is taken on shapes (folded at import) and initializers only")
+    data, indices = im.values[n.inputs[0]], im.known(n, n.inputs[1], "the indices")
+    axis = int(n.attrs.get("axis", 0))
+    if isinstance(data, np.ndarray):
+        return [np.take(data, indices, axis=axis)]
+    if axis != 0:
+        raise im.fail(n, f"axis {axis} of a shape of rank 1")
+    return [_folded(im, n, lambda: sym.gather(im.dims(n, n.inputs[0], "the data"), indices))]
+
+
+def _slice(im: _Importer, n: OnnxNode) -> list[Operand]:
+    """ONNX's Slice: of a shape, folded at import; of a data tensor, a view (``g.slice`` per
+    axis, step 1)."""
+    if im.opset >= 10:
+        starts, ends = (im.dims(n, n.inputs[k], what) for k, what in ((1, "starts"), (2, "ends")))
+        axes = im.ints(n, n.inputs[3], "axes") if len(n.inputs) > 3 and n.inputs[3] else None
+        steps = im.ints(n, n.inputs[4], "steps") if len(n.inputs) > 4 and n.inputs[4] else None
+    else:
+        starts, ends = (SymShape.of(np.array(n.attrs[k], np.int64)) for k in ("starts", "ends"))
+        axes, steps = tuple(n.attrs["axes"]) if "axes" in n.attrs else None, None
+    axes = axes if axes is not None else tuple(range(len(starts.dims)))
+    steps = steps if steps is not None else (1,) * len(axes)
+    if not len(starts.dims) == len(ends.dims) == len(axes) == len(steps):
+        raise im.fail(
+            n, f"starts {starts}, ends {ends}, axes {axes}, steps {steps} differ in length"
+        )
+    data = im.values[n.inputs[0]]
+    if isinstance(data, GraphValue):
+        return [_data_slice(im, n, data, starts.dims, ends.dims, axes, steps)]
+    shape = im.dims(n, n.inputs[0], "the data")
+    if shape.scalar or tuple(axes) not in ((0,), (-1,)):
+        raise im.fail(n, f"a shape has one axis: starts {starts}, axes {axes}")
+    lo, hi = starts.dims[0], ends.dims[0]
+    if not (lo.is_int and hi.is_int):
+        raise im.fail(n, f"a slice of the shape {shape} from {lo} to {hi} is not folded")
+    return [_folded(im, n, lambda: sym.slice_(shape, lo.value, hi.value, steps[0]))]
+
+
+_TO_THE_END = 2**31 - 1  # an end at or past this is "to the end" (exporters write INT64_MAX)
+
+
+def _data_slice(
+    im: _Importer,
+    n: OnnxNode,
+    x: GraphValue,
+    starts: tuple[Dim, ...],
+    ends: tuple[Dim, ...],
+    axes: Sequence[int],
+    steps: Sequence[int],
+) -> GraphValue:
+    """A Slice of a graph tensor as views, one ``g.slice`` per axis: negative bounds count from
+    the end, an end past the axis is the axis's size; bounds the axis's size would clamp at a
+    symbolic size are checked by the call's guards instead."""
+    for lo, hi, axis, step in zip(starts, ends, axes, steps, strict=True):
+        if step != 1:
+            raise im.fail(n, f"step {step} along axis {axis}: a strided slice is not a view")
+        if not -x.ndim <= axis < x.ndim:
+            raise im.fail(n, f"axis {axis} is out of range for an input of rank {x.ndim}")
+        size = x.shape[axis % x.ndim]
+        bounds = [_bound(b, size) for b in (lo, hi)]
+        if bounds == [Dim.const(0), size]:
+            continue
+        x = im.g.slice(x, str(bounds[0]), str(bounds[1]), axis=axis % x.ndim)
+    return x
+
+
+def _expand(im: _Importer, n: OnnxNode) -> list[Operand]:
+    """ONNX's Expand where it is a view: to the input's own dims, or with leading axes of 1 (a
+    reshape); a broadcast that would copy the input is refused."""
+    target = im.dims(n, n.inputs[1], "the shape")
+    x = im.values[n.inputs[0]]
+    if isinstance(x, SymShape):
+        x = im.value(n, n.inputs[0])
+    if isinstance(x, np.ndarray):
+        if not target.is_int:
+            raise im.fail(n, f"a constant expanded to the symbolic shape {target} is not taken")
+        shape = tuple(int(v) for v in target.array().reshape(-1))
+        return [np.broadcast_to(x, np.broadcast_shapes(x.shape, shape)).copy()]
+    rank = max(x.ndim, len(target.dims))
+    ours = (Dim.const(1),) * (rank - x.ndim) + tuple(x.shape)
+    theirs = (Dim.const(1),) * (rank - len(target.dims)) + target.dims
+    out = [a if b in (a, Dim.const(1)) else b for a, b in zip(ours, theirs, strict=True)]
+    if out != list(ours):
+        raise im.fail(
+            n,
+            f"expanding {x.name} {[str(d) for d in x.shape]} to {target} would copy it (a "
+            "materialized broadcast); graphs take Expand as a view only (its consumers "
+            "broadcast by themselves)",
+        )
+    return [x if rank == x.ndim else im.g.reshape(x, tuple(str(d) for d in ours))]
+
+
+def _bound(b: Dim, size: Dim) -> Dim:
+    """A Slice's bound on an axis of `size`: from the end if negative, the size if past it."""
+    if b.is_int and b.value >= _TO_THE_END:
+        return size
+    out = size + b if b.is_int and b.value < 0 else b
+    return Dim.const(min(max(out.value, 0), size.value)) if out.is_int and size.is_int else out
+
+
+def _concat(im: _Importer, n: OnnxNode) -> list[Operand]:
+    for k in range(len(n.inputs)):
+        _data(im, n, k, "Concat is taken on shapes (folded at import) only")
+    parts = [im.dims(n, x, "an input") for x in n.inputs if x]
+    return [_folded(im, n, lambda: sym.concat(parts))]
+
+
+def _constant_of_shape(im: _Importer, n: OnnxNode) -> list[Operand]:
+    from onnx import numpy_helper
+
+    shape = im.dims(n, n.inputs[0], "the shape")
+    if not shape.is_int:
+        raise im.fail(
+            n, f"the shape {shape} is symbolic; a filled tensor of a symbolic size is not taken"
+        )
+    fill = numpy_helper.to_array(n.attrs["value"]) if "value" in n.attrs else np.zeros(1, "f4")
+    return [np.full(tuple(shape.array().reshape(-1)), fill.reshape(-1)[0], fill.dtype)]
 
 
 def _window(im: _Importer, n: OnnxNode, x: GraphValue) -> dict[str, Any]:
@@ -432,10 +643,14 @@ HANDLERS: dict[str, Handler] = {
     "BatchNormalization": _batch_norm,
     "Cast": _cast,
     "Clip": _clip,
+    "Concat": _concat,
     "Constant": _constant,
+    "ConstantOfShape": _constant_of_shape,
     "Dropout": _dropout,
+    "Expand": _expand,
     "Conv": _conv,
     "Flatten": _flatten,
+    "Gather": _gather,
     "Gelu": _gelu,
     "Gemm": _gemm,
     "Identity": _identity,
@@ -446,6 +661,8 @@ HANDLERS: dict[str, Handler] = {
     "MaxPool": _pool("max_pool2d"),
     "Reciprocal": _reciprocal,
     "Reshape": _reshape,
+    "Shape": _shape,
+    "Slice": _slice,
     "Softmax": _softmax("softmax"),
     "Squeeze": _squeeze,
     "Transpose": _transpose,

@@ -54,7 +54,10 @@ _RECORDS: dict[str, type] = {
 
 def _to(obj: Any) -> Any:
     if isinstance(obj, Dim):
-        return {"__dim__": str(obj)}
+        # the text for the reader, the terms for loading: a solved dim's hidden name for an
+        # input axis (`x.shape[0]`, from an input of dim `2*S`) is no name the dim grammar reads
+        terms = [[list(m), c] for m, c in obj.terms]
+        return {"__dim__": str(obj), "terms": terms}
     if isinstance(obj, np.ndarray):
         dt = next(d for d in DTYPES.values() if d.np_dtype == obj.dtype)
         return {
@@ -82,7 +85,7 @@ def _from(data: Any) -> Any:
     if not isinstance(data, dict):
         return data
     if "__dim__" in data:
-        return parse_dim(data["__dim__"])
+        return _dim(data)
     if "__array__" in data:
         dt = DTYPES[data["dtype"]].np_dtype
         raw = base64.b64decode(data["__array__"])
@@ -100,6 +103,30 @@ def _from(data: Any) -> Any:
     if extra:
         raise GraphError(f"{kind}: unknown fields {sorted(extra)}")
     return cls(**{k: _from(v) for k, v in data.items() if k != "__record__"})
+
+
+def _dim(data: dict[str, Any]) -> Dim:
+    """A saved dim: its terms (names and coefficients), else its text (as older saves wrote)."""
+    terms = data.get("terms")
+    if terms is None:
+        return parse_dim(data["__dim__"])
+    if not isinstance(terms, list) or not all(
+        isinstance(t, list)
+        and len(t) == 2
+        and isinstance(t[0], list)
+        and all(isinstance(n, str) for n in t[0])
+        and isinstance(t[1], int)
+        and not isinstance(t[1], bool)
+        for t in terms
+    ):
+        raise GraphError(f"dim {data['__dim__']!r}: its saved terms are not [[names], int] pairs")
+    out = Dim.const(0)
+    for names, coef in terms:
+        term = Dim.const(coef)
+        for n in names:
+            term = term * Dim.name(n)
+        out = out + term
+    return out
 
 
 def save(plan: Plan, path: Any) -> None:

@@ -44,15 +44,14 @@ SUPPORTED_CONVENTIONS = (
     "channels",
 )
 # options a convention takes that graphs do not: (convention, option) -> (refused unless this
-# value, why). Every graph buffer is row-major and read as such (select.layouts_of), and a
-# probe array has no strides for a convention to read.
+# value, why). Every graph buffer is row-major and read as such (select.layouts_of).
 _REFUSED_OPTIONS: dict[tuple[str, str], tuple[Any, str]] = {
     ("conv2d", "layout"): ("NCHW", "graph buffers are row-major: give x as (N, C, H, W)"),
 }
-# inputs a convention reads the strides of (a stretched mask), which probe arrays cannot show
-_REFUSED_INPUTS: dict[tuple[str, int], str] = {
-    ("attention", 3): "a mask in a graph is not supported yet (causal=True needs none)",
-}
+# keep masks: (convention, input position) -> the attribute that marks one. A boolean NumPy
+# array given for such an input becomes a constant of the call's dtype (1 keeps, 0 masks out)
+# with that attribute 1, as the eager call casts a boolean mask on the host
+KEEP_MASKS: dict[tuple[str, int], str] = {("attention", 3): "bool_mask"}
 _FIRST_PROBE = 101
 _SMALL_PROBE = 3
 
@@ -204,15 +203,12 @@ def infer(
 
 
 def _refused(here: str, sig: OpSig, given: Mapping[str, Value], options: Mapping[str, Any]) -> None:
-    """Refuse the options and inputs graphs do not take (_REFUSED_OPTIONS, _REFUSED_INPUTS)."""
+    """Refuse the options graphs do not take (_REFUSED_OPTIONS)."""
     for (conv, option), (allowed, why) in _REFUSED_OPTIONS.items():
         if sig.call == conv and options.get(option, allowed) != allowed:
             raise GraphError(
                 f"{here}: {option}={options[option]!r} is not supported in graphs; {why}"
             )
-    for (conv, pos), why in _REFUSED_INPUTS.items():
-        if sig.call == conv and sig.inputs[pos].name in given:
-            raise GraphError(f"{here}: input {sig.inputs[pos].name!r}: {why}")
 
 
 def _recheck(
@@ -339,6 +335,7 @@ def same_size(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, Dim] | None:
 
 
 __all__ = [
+    "KEEP_MASKS",
     "SUPPORTED_CONVENTIONS",
     "Inferred",
     "Probes",
