@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 
 from clforge.call import views
@@ -45,7 +44,16 @@ from clforge.graph.shapes import probe_array
 from clforge.graph.strides import Strided, strided_views
 from clforge.interop.intake import intake_args
 from clforge.registry.loader import guard_holds
-from clforge.runtime.launch import LaunchPlan, Ready, ReadyLaunch, Runtime, ready, run_ready
+from clforge.runtime.launch import (
+    LaunchPlan,
+    Ready,
+    ReadyLaunch,
+    Runtime,
+    ready,
+    run_ready,
+    scratch_sizes,
+    shared_scratch,
+)
 from clforge.runtime.transfer import to_host, upload
 
 
@@ -77,6 +85,10 @@ class Specialization:
     # per-call sub-buffers, appended to a call's buffers: (the call's buffer, byte origin, bytes)
     subs: tuple[tuple[int, int, int], ...] = ()
     views: tuple[str, ...] = ()  # what each view read by a kernel costs at these sizes
+    # the scratch buffers every step's routine shares (launch.scratch_sizes), held here
+    scratch: tuple[Any, ...] = ()
+    slot_bytes: tuple[int, ...] = ()  # per slot (its pool block may be larger)
+    scratch_bytes: tuple[int, ...] = ()  # per shared scratch buffer
 
     @property
     def rebound(self) -> int:
@@ -97,7 +109,8 @@ class Specialization:
                 }
                 for p in self.steps
             ],
-            "slot_bytes": [s.size if s is not None else 0 for s in self.slots],
+            "slot_bytes": list(self.slot_bytes),
+            "scratch_bytes": list(self.scratch_bytes),
             "kernels": len(self.launches),
             "rebound_per_call": self.rebound,
             "views": list(self.views),
@@ -282,12 +295,13 @@ class Model:
             self._prepare(by_id[s.node], s, env, d) if s.group is None else self._fused(s, env, d)
             for s in self.plan.schedule.steps
         ]
-        slots = []
-        for s in self.plan.buffers.slots:
-            nbytes = s.nbytes(env)
-            slots.append(
-                cl.Buffer(d.runtime.context, cl.mem_flags.READ_WRITE, nbytes) if nbytes else None
-            )
+        rt = d.runtime
+        # slots and scratch from the runtime's pool (large blocks get huge pages, as eager
+        # calls' buffers do: runtime/hugepages.py), held by the specialization
+        slot_bytes = [s.nbytes(env) for s in self.plan.buffers.slots]
+        scratch_bytes = scratch_sizes(p.plan for p in prepared)
+        slots = [rt.allocator(n) if n else None for n in slot_bytes]
+        scratch = [rt.allocator(n) if n else None for n in scratch_bytes]
         outputs: dict[int, tuple[int, tuple[int, ...], np.dtype]] = {}
         for vid, place in self.plan.buffers.places:
             if place.kind == "output" and place.index not in outputs:
@@ -297,7 +311,7 @@ class Model:
                 shape = tuple(x.evaluate(env) for x in v.shape)
                 outputs[place.index] = (vid, shape, DTYPES[v.dtype].np_dtype)
         strided = {k: g for k, g in strided_views(ir, env).items() if not g.in_place}
-        binder = _ViewBinder(self, slots, strided, len(ir.inputs) + len(outputs))
+        binder = _ViewBinder(self, slots, scratch, strided, len(ir.inputs) + len(outputs))
         made = tuple(binder.ready(p) for p in prepared)
         position = {vid: k for k, vid in enumerate(ir.inputs)}
         results = []
@@ -316,6 +330,9 @@ class Model:
             tuple(results),
             tuple(binder.subs),
             tuple(binder.notes),
+            tuple(scratch),
+            tuple(slot_bytes),
+            tuple(scratch_bytes),
         )
 
     def _prepare(self, n: Node, step: Step, env: Mapping[str, int], d: Dispatcher) -> Prepared:
@@ -416,11 +433,17 @@ class _ViewBinder:
     kernel before the step; `notes` says which, per view."""
 
     def __init__(
-        self, model: Model, slots: list[Any], strided: Mapping[int, Strided], per_call: int
+        self,
+        model: Model,
+        slots: list[Any],
+        scratch: list[Any],
+        strided: Mapping[int, Strided],
+        per_call: int,
     ) -> None:
         self.model = model
         self.rt = model.runtime
         self.slots = slots
+        self.scratch = scratch
         self.strided = strided
         self.first_sub = per_call
         self.subs: list[tuple[int, int, int]] = []
@@ -442,7 +465,7 @@ class _ViewBinder:
     def ready(self, p: Prepared) -> Ready:
         rt = self.rt
         ir = self.model.plan.ir
-        fixed: dict[str, Any] = {}
+        fixed: dict[str, Any] = shared_scratch(rt, p.plan, self.scratch)
         per_call: dict[str, int] = {}
         before: list[ReadyLaunch] = []
         held: list[Any] = []
@@ -470,7 +493,7 @@ class _ViewBinder:
                     per_call[tensor] = self.first_sub + len(self.subs) - 1
                 self.notes.append(f"{here}: read in place through a sub-buffer at byte {origin}")
                 continue
-            dst = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, nbytes)
+            dst = rt.allocator(nbytes)
             held.append(dst)
             before.append(
                 views.gather_launch(rt, item, s.offset, s.shape, s.strides, dst, base, index)

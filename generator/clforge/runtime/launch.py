@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -354,15 +354,19 @@ def ready(
     rt: Runtime, plan: LaunchPlan, fixed: Mapping[str, Any], per_call: Mapping[str, int]
 ) -> Ready:
     """`plan`'s kernels with their arguments set once: the scalars, the buffers in `fixed` (by
-    tensor name: constants, a compiled model's slots) and scratch buffers of their own. The
-    tensors in `per_call` are left to each call, which passes a list of buffers: tensor `t` is
-    the buffer at index `per_call[t]` (:func:`run_ready`). One ready plan is run by one caller
-    at a time (its scratch and its kernels' arguments are its own)."""
+    tensor or scratch name: constants, a compiled model's slots, scratch it shares between
+    plans, see :func:`scratch_sizes`) and, for scratch not in `fixed`, buffers of their own
+    from the runtime's pool. The tensors in `per_call` are left to each call, which passes a
+    list of buffers: tensor `t` is the buffer at index `per_call[t]` (:func:`run_ready`). One
+    ready plan is run by one caller at a time (its scratch and its kernels' arguments are its
+    own)."""
     bound: dict[str, Any] = dict(fixed)
     held = []
     for name, elements, dt in plan.scratch:
+        if name in fixed:
+            continue
         if elements > 0:
-            held.append(cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, elements * dt.itemsize))
+            held.append(rt.allocator(elements * dt.itemsize))
             bound[name] = held[-1]
         else:
             bound[name] = rt.dummy
@@ -384,6 +388,31 @@ def ready(
                 ReadyLaunch(k, geo.global_size, geo.local_size, tuple(rebind), [None] * len(rebind))
             )
     return Ready(tuple(out), tuple(held))
+
+
+def scratch_sizes(plans: Iterable[LaunchPlan]) -> list[int]:
+    """Bytes of each shared scratch buffer for `plans` that run one after another on one
+    in-order queue, one call at a time: a plan's k-th scratch buffer (in its spec's order) is
+    the k-th shared one, as large as the largest plan needs. A routine's scratch is dead once
+    its last step ran, so the next plan may overwrite it; sharing keeps the working set of a
+    compiled model to one set of scratch buffers, hot in the caches, as the pool keeps eager
+    calls' (a buffer of its own per step left pack kernels writing memory out of the caches)."""
+    sizes: list[int] = []
+    for plan in plans:
+        for k, (_, elements, dt) in enumerate(plan.scratch):
+            if k == len(sizes):
+                sizes.append(0)
+            sizes[k] = max(sizes[k], elements * dt.itemsize)
+    return sizes
+
+
+def shared_scratch(rt: Runtime, plan: LaunchPlan, shared: Sequence[Any]) -> dict[str, Any]:
+    """`plan`'s scratch names bound to the shared buffers (:func:`scratch_sizes`), an empty
+    scratch to the runtime's dummy buffer."""
+    return {
+        name: shared[k] if elements > 0 else rt.dummy
+        for k, (name, elements, _) in enumerate(plan.scratch)
+    }
 
 
 def run_ready(queue: cl.CommandQueue, launches: tuple[ReadyLaunch, ...], buffers: Any) -> None:
