@@ -6,7 +6,10 @@ graph buffer is row-major and contiguous), binds the op's dims, takes the node's
 instance where its guard holds for these sizes (else re-dispatches, as a compiled op does),
 plans the launch with the tuning chain's parameters, sizes the slots, and makes every kernel
 ready (`clforge.runtime.launch.ready`): a kernel object of its own per launch with its scalars,
-constants, slots, filled inputs and scratch bound once. A call binds only the caller's input
+constants, slots, filled inputs and scratch bound once. Its buffers come from the runtime's
+pool; a routine's steps that read constants only (gemm's `pack_b` of a weight) run once, then,
+into scratch of their own, and every other step's scratch is one set of buffers shared by all
+(`launch.constant_steps`, `launch.scratch_sizes`). A call binds only the caller's input
 and output buffers and enqueues (`run_ready`). Device-array inputs that are views (an offset,
 strides) are taken by `clforge.call.views`: in place through a sub-buffer where the offset is
 aligned, else copied, and `explain` says which.
@@ -22,11 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import numpy as np
-import pyopencl as cl
 import pyopencl.array as cla
 
 from clforge.call import views
-from clforge.call.binding import bind, bind_dims
+from clforge.call.binding import bind, bind_dims, resolve_attrs
 from clforge.call.dispatcher import Dispatcher, dispatcher
 from clforge.call.eager import fill_value
 from clforge.conventions import CONVENTIONS
@@ -45,7 +47,18 @@ from clforge.graph.shapes import probe_array
 from clforge.graph.strides import Strided, strided_views
 from clforge.interop.intake import intake_args
 from clforge.registry.loader import guard_holds
-from clforge.runtime.launch import LaunchPlan, Ready, ReadyLaunch, Runtime, ready, run_ready
+from clforge.runtime.launch import (
+    LaunchPlan,
+    Ready,
+    ReadyLaunch,
+    Runtime,
+    ScratchSpec,
+    constant_steps,
+    ready,
+    run_ready,
+    scratch_sizes,
+    shared_scratch,
+)
 from clforge.runtime.transfer import to_host, upload
 
 
@@ -77,6 +90,11 @@ class Specialization:
     # per-call sub-buffers, appended to a call's buffers: (the call's buffer, byte origin, bytes)
     subs: tuple[tuple[int, int, int], ...] = ()
     views: tuple[str, ...] = ()  # what each view read by a kernel costs at these sizes
+    once: tuple[str, ...] = ()  # the steps run once, when the specialization was made
+    # the scratch buffers every step's routine shares (launch.scratch_sizes), held here
+    scratch: tuple[Any, ...] = ()
+    slot_bytes: tuple[int, ...] = ()  # per slot (its pool block may be larger)
+    scratch_bytes: tuple[int, ...] = ()  # per shared scratch buffer
 
     @property
     def rebound(self) -> int:
@@ -97,10 +115,12 @@ class Specialization:
                 }
                 for p in self.steps
             ],
-            "slot_bytes": [s.size if s is not None else 0 for s in self.slots],
+            "slot_bytes": list(self.slot_bytes),
+            "scratch_bytes": list(self.scratch_bytes),
             "kernels": len(self.launches),
             "rebound_per_call": self.rebound,
             "views": list(self.views),
+            "run_once": list(self.once),
         }
 
 
@@ -282,12 +302,21 @@ class Model:
             self._prepare(by_id[s.node], s, env, d) if s.group is None else self._fused(s, env, d)
             for s in self.plan.schedule.steps
         ]
-        slots = []
-        for s in self.plan.buffers.slots:
-            nbytes = s.nbytes(env)
-            slots.append(
-                cl.Buffer(d.runtime.context, cl.mem_flags.READ_WRITE, nbytes) if nbytes else None
-            )
+        rt = d.runtime
+        # slots and scratch from the runtime's pool (large blocks get huge pages, as eager
+        # calls' buffers do: runtime/hugepages.py), held by the specialization
+        strided = {k: g for k, g in strided_views(ir, env).items() if not g.in_place}
+        # steps that read constants only (gemm's pack_b of a weight) run once, here, with
+        # scratch of their own; the others share one set of scratch buffers
+        once = [constant_steps(p.plan, _constant_tensors(p.step, strided)) for p in prepared]
+        shared = [
+            tuple(x for x in p.plan.scratch if x[0] not in own)
+            for p, (_, own) in zip(prepared, once, strict=True)
+        ]
+        slot_bytes = [s.nbytes(env) for s in self.plan.buffers.slots]
+        scratch_bytes = scratch_sizes(shared)
+        slots = [rt.allocator(n) if n else None for n in slot_bytes]
+        scratch = [rt.allocator(n) if n else None for n in scratch_bytes]
         outputs: dict[int, tuple[int, tuple[int, ...], np.dtype]] = {}
         for vid, place in self.plan.buffers.places:
             if place.kind == "output" and place.index not in outputs:
@@ -296,9 +325,11 @@ class Model:
                     continue
                 shape = tuple(x.evaluate(env) for x in v.shape)
                 outputs[place.index] = (vid, shape, DTYPES[v.dtype].np_dtype)
-        strided = {k: g for k, g in strided_views(ir, env).items() if not g.in_place}
-        binder = _ViewBinder(self, slots, strided, len(ir.inputs) + len(outputs))
-        made = tuple(binder.ready(p) for p in prepared)
+        binder = _ViewBinder(self, slots, scratch, strided, len(ir.inputs) + len(outputs))
+        made = tuple(
+            binder.ready(p, sh, hoist)
+            for p, sh, (hoist, _) in zip(prepared, shared, once, strict=True)
+        )
         position = {vid: k for k, vid in enumerate(ir.inputs)}
         results = []
         for vid in ir.outputs:
@@ -316,6 +347,10 @@ class Model:
             tuple(results),
             tuple(binder.subs),
             tuple(binder.notes),
+            tuple(binder.once),
+            tuple(scratch),
+            tuple(slot_bytes),
+            tuple(scratch_bytes),
         )
 
     def _prepare(self, n: Node, step: Step, env: Mapping[str, int], d: Dispatcher) -> Prepared:
@@ -338,7 +373,8 @@ class Model:
             fills: dict[str, cla.Array] = {}
             missing = [t for t in sig.inputs if t.name not in shapes]
             if missing:
-                dims = bind_dims(sig, {k: tuple(a.shape) for k, a in shapes.items()}, attrs)
+                given_shapes = {k: tuple(a.shape) for k, a in shapes.items()}
+                dims = bind_dims(sig, given_shapes, resolve_attrs(sig, attrs))
                 for t in missing:
                     shape = (1,) * len(t.shape) if t.broadcast else tuple(dims[x] for x in t.shape)
                     np_dtype = DTYPES[t.dtype or n.dtype].np_dtype
@@ -409,6 +445,16 @@ class Model:
         save(self.plan, path)
 
 
+def _constant_tensors(step: Step, strided: Mapping[int, Strided]) -> set[str]:
+    """The step's input tensors whose buffers hold the same data every call: constants (read
+    as they are, not through a gather) and filled inputs."""
+    return {
+        tensor
+        for tensor, vid, place in step.inputs
+        if place is None or (place.kind == "constant" and vid not in strided)
+    }
+
+
 class _ViewBinder:
     """Makes a specialization's steps ready (`clforge.runtime.launch.ready`): a graph input is
     the call's buffer at its position among the inputs, output k at len(inputs) + k. A kernel
@@ -418,15 +464,22 @@ class _ViewBinder:
     kernel before the step; `notes` says which, per view."""
 
     def __init__(
-        self, model: Model, slots: list[Any], strided: Mapping[int, Strided], per_call: int
+        self,
+        model: Model,
+        slots: list[Any],
+        scratch: list[Any],
+        strided: Mapping[int, Strided],
+        per_call: int,
     ) -> None:
         self.model = model
         self.rt = model.runtime
         self.slots = slots
+        self.scratch = scratch
         self.strided = strided
         self.first_sub = per_call
         self.subs: list[tuple[int, int, int]] = []
         self.notes: list[str] = []
+        self.once: list[str] = []
         self.position = {vid: k for k, vid in enumerate(model.plan.ir.inputs)}
 
     def _base(self, place: Place) -> tuple[Any, int | None]:
@@ -441,10 +494,12 @@ class _ViewBinder:
         buf = self.slots[place.index]
         return (buf if buf is not None else self.rt.dummy), None
 
-    def ready(self, p: Prepared) -> Ready:
+    def ready(self, p: Prepared, shared: tuple[ScratchSpec, ...], once: tuple[int, ...]) -> Ready:
+        """`p`'s kernels made ready, its scratch in `shared` bound to the shared buffers; the
+        launches at indices `once` (`launch.constant_steps`) are enqueued now and left out."""
         rt = self.rt
         ir = self.model.plan.ir
-        fixed: dict[str, Any] = {}
+        fixed: dict[str, Any] = shared_scratch(rt, shared, self.scratch)
         per_call: dict[str, int] = {}
         before: list[ReadyLaunch] = []
         held: list[Any] = []
@@ -472,7 +527,7 @@ class _ViewBinder:
                     per_call[tensor] = self.first_sub + len(self.subs) - 1
                 self.notes.append(f"{here}: read in place through a sub-buffer at byte {origin}")
                 continue
-            dst = cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, nbytes)
+            dst = rt.allocator(nbytes)
             held.append(dst)
             before.append(
                 views.gather_launch(rt, item, s.offset, s.shape, s.strides, dst, base, index)
@@ -486,4 +541,13 @@ class _ViewBinder:
             )
             self.notes.append(f"{here}: gathered row-major by a kernel before the step ({why})")
         r = ready(rt, p.plan, fixed, per_call)
-        return Ready((*before, *r.launches), (*r.held, *held))
+        if once:  # no argument of theirs is the call's: nothing to rebind
+            run_ready(rt.queue, tuple(r.launches[i] for i in once), ())
+            step_of = {s.kernel: s.name for s in p.plan.inst.kernels}
+            names = ", ".join(step_of[p.plan.launches[i].kernel.function_name] for i in once)
+            self.once.append(
+                f"node {p.step.node} ({p.step.op}): {names} run once, when the specialization "
+                "was made (reading constants only, into scratch of its own)"
+            )
+        kept = tuple(x for i, x in enumerate(r.launches) if i not in once)
+        return Ready((*before, *kept), (*r.held, *held))

@@ -58,10 +58,12 @@ def explain_plan(plan: Plan, cache: Mapping[Any, Any], *, verbose: bool = False)
         s = spec.summary()
         dims = ", ".join(f"{k}={v}" for k, v in s["dims"].items()) or "(no symbolic dims)"
         specs.append(
-            f"{dims}: slots {s['slot_bytes']} bytes; {s['kernels']} kernels with their arguments "
+            f"{dims}: slots {s['slot_bytes']} bytes, scratch shared by every step "
+            f"{s['scratch_bytes']} bytes; {s['kernels']} kernels with their arguments "
             f"set ahead, {s['rebound_per_call']} bound per call (the caller's buffers)"
         )
         specs.extend(f"  view: {note}" for note in s["views"])
+        specs.extend(f"  {note}" for note in s["run_once"])
         for node, step in zip(s["nodes"], spec.steps, strict=True):
             if step.step.group is not None:
                 specs.append(f"  group {step.step.group}: {node['instance']} (generated)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -354,15 +354,19 @@ def ready(
     rt: Runtime, plan: LaunchPlan, fixed: Mapping[str, Any], per_call: Mapping[str, int]
 ) -> Ready:
     """`plan`'s kernels with their arguments set once: the scalars, the buffers in `fixed` (by
-    tensor name: constants, a compiled model's slots) and scratch buffers of their own. The
-    tensors in `per_call` are left to each call, which passes a list of buffers: tensor `t` is
-    the buffer at index `per_call[t]` (:func:`run_ready`). One ready plan is run by one caller
-    at a time (its scratch and its kernels' arguments are its own)."""
+    tensor or scratch name: constants, a compiled model's slots, scratch it shares between
+    plans, see :func:`scratch_sizes`) and, for scratch not in `fixed`, buffers of their own
+    from the runtime's pool. The tensors in `per_call` are left to each call, which passes a
+    list of buffers: tensor `t` is the buffer at index `per_call[t]` (:func:`run_ready`). One
+    ready plan is run by one caller at a time (its scratch and its kernels' arguments are its
+    own)."""
     bound: dict[str, Any] = dict(fixed)
     held = []
     for name, elements, dt in plan.scratch:
+        if name in fixed:
+            continue
         if elements > 0:
-            held.append(cl.Buffer(rt.context, cl.mem_flags.READ_WRITE, elements * dt.itemsize))
+            held.append(rt.allocator(elements * dt.itemsize))
             bound[name] = held[-1]
         else:
             bound[name] = rt.dummy
@@ -384,6 +388,70 @@ def ready(
                 ReadyLaunch(k, geo.global_size, geo.local_size, tuple(rebind), [None] * len(rebind))
             )
     return Ready(tuple(out), tuple(held))
+
+
+ScratchSpec = tuple[str, int, np.dtype]  # a plan's scratch buffer: name, elements, dtype
+
+
+def scratch_sizes(scratches: Iterable[Sequence[ScratchSpec]]) -> list[int]:
+    """Bytes of each shared scratch buffer for plans (their scratch, `LaunchPlan.scratch` or
+    part of it) that run one after another on one in-order queue, one call at a time: a plan's
+    k-th scratch buffer is the k-th shared one, as large as the largest plan needs. A routine's
+    scratch is dead once its last step ran, so the next plan may overwrite it; sharing keeps
+    the working set of a compiled model to one set of scratch buffers, hot in the caches, as
+    the pool keeps eager calls' (a buffer of its own per step left pack kernels writing memory
+    out of the caches)."""
+    sizes: list[int] = []
+    for scratch in scratches:
+        for k, (_, elements, dt) in enumerate(scratch):
+            if k == len(sizes):
+                sizes.append(0)
+            sizes[k] = max(sizes[k], elements * dt.itemsize)
+    return sizes
+
+
+def shared_scratch(
+    rt: Runtime, scratch: Sequence[ScratchSpec], shared: Sequence[Any]
+) -> dict[str, Any]:
+    """Scratch names bound to the shared buffers (:func:`scratch_sizes`), an empty scratch to
+    the runtime's dummy buffer."""
+    return {
+        name: shared[k] if elements > 0 else rt.dummy
+        for k, (name, elements, _) in enumerate(scratch)
+    }
+
+
+def constant_steps(
+    plan: LaunchPlan, constant: Collection[str]
+) -> tuple[tuple[int, ...], frozenset[str]]:
+    """The routine's steps whose results are the same every call, as indices into
+    `plan.launches`, and the scratch they write: a step that reads only `constant` tensors (or
+    scratch such steps wrote) and writes only scratch that no other step writes (gemm's
+    `pack_b` of a constant `b`). Run once, with scratch of their own, they need not run
+    again."""
+    steps = {s.kernel: s for s in plan.inst.kernels}
+    scratch = {name for name, _, _ in plan.scratch}
+    known = set(constant)
+    found: list[int] = []
+    written: set[str] = set()
+    for i, launch in enumerate(plan.launches):
+        step = steps.get(launch.kernel.function_name)
+        if step is None:  # a kernel of no step of the instance's (generated): runs every call
+            return (), frozenset()
+        if (
+            step.reads
+            and step.writes
+            and known.issuperset(step.reads)
+            and scratch.issuperset(step.writes)
+        ):
+            known.update(step.writes)
+            found.append(i)
+        else:
+            written.update(step.writes)
+    hoisted = frozenset(
+        w for i in found for w in steps[plan.launches[i].kernel.function_name].writes
+    )
+    return ((), frozenset()) if hoisted & written else (tuple(found), hoisted)
 
 
 def run_ready(queue: cl.CommandQueue, launches: tuple[ReadyLaunch, ...], buffers: Any) -> None:

@@ -1,0 +1,149 @@
+"""A compiled model's launch path and buffers: the scratch buffers every step's routine shares
+(sized for the largest), slots from the runtime's pool, calls that alternate specializations
+and inputs, against NumPy at odd sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+from clforge import Graph, TensorType, dispatcher
+
+rng = np.random.default_rng(36)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+K, H, N = 37, 129, 67
+W1, B1, W2, B2 = rand(K, H), rand(H), rand(H, N), rand(N)
+
+
+def two_gemms() -> Graph:
+    """gemm + bias → relu → gemm + bias: two packed routines whose scratch sizes differ."""
+    g = Graph("two_gemms")
+    x = g.input("x", TensorType("f32", ("S", K)))
+    h = g.ops.gemm(x, g.constant(W1, "w1"), g.constant(B1, "b1"), beta=1.0)
+    h = g.ops.relu(h)
+    g.output(g.ops.gemm(h, g.constant(W2, "w2"), g.constant(B2, "b2"), beta=1.0))
+    return g
+
+
+def numpy_two_gemms(x: np.ndarray) -> np.ndarray:
+    h = np.maximum(x.astype(np.float64) @ W1 + B1, 0)
+    return h @ W2 + B2
+
+
+def close(a: np.ndarray, b: np.ndarray) -> None:
+    np.testing.assert_allclose(np.asarray(a, np.float64), b, rtol=2e-4, atol=2e-4)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["unfused", "fused"])
+def model(request):
+    """Unfused, and fused (relu at the first gemm's epilogue: the fused kernel packs too)."""
+    return two_gemms().compile(fusion=request.param)
+
+
+def test_calls_alternating_sizes_and_inputs(model):
+    """Each call's results are its own: the shared scratch and the slots are rewritten by
+    every call, also when calls alternate between specializations."""
+    for s in (11, 1, 37, 11, 1, 37):
+        x = rand(s, K)
+        close(model(x), numpy_two_gemms(x))
+    q = dispatcher().runtime.queue
+    x = rand(23, K)
+    got = model(cla.to_device(q, x))
+    assert isinstance(got, cla.Array)
+    close(got.get(), numpy_two_gemms(x))
+
+
+def test_scratch_is_shared_and_sized_for_the_largest(model):
+    x = rand(37, K)
+    model(x)
+    spec = model.cache[(("S", 37),)]
+    gemms = [p for p in spec.steps if p.plan.scratch]
+    assert len(gemms) == 2  # both gemms run a packed routine with scratch (ap, bp)
+    relu = 0 if model.plan.fused.groups[0].kernel is not None else 1  # fused: no relu slot
+    # bp (the packed weight) is each gemm's own, packed once; ap is shared, as large as the
+    # larger gemm's
+    ap = [p.plan.scratch[0] for p in gemms]
+    assert [name for name, _, _ in ap] == ["ap", "ap"]
+    assert ap[0][1] != ap[1][1]  # the two gemms' ap differ in size (K = 37, then H = 129)
+    s = spec.summary()
+    assert s["scratch_bytes"] == [max(n * dt.itemsize for _, n, dt in ap)]
+    assert len(spec.scratch) == 1  # one buffer per shared scratch position, not one per step
+    assert s["slot_bytes"] == [37 * H * 4] * (1 + relu)  # the first gemm's output, relu's
+    assert "scratch shared by every step [" in model.explain(file=None)
+
+
+def test_packing_a_constant_runs_once(model):
+    """gemm's pack_b of a constant weight runs when the specialization is made, not per call:
+    two kernels fewer per call (pack_a and compute of each gemm, and relu), results as NumPy's
+    (test_calls_alternating_sizes_and_inputs)."""
+    model(rand(5, K))
+    spec = model.cache[(("S", 5),)]
+    s = spec.summary()
+    assert s["kernels"] == 4 + (model.plan.fused.groups[0].kernel is None)
+    assert len(s["run_once"]) == 2
+    assert all("pack_b run once" in note for note in s["run_once"])
+    assert "pack_b run once" in model.explain(file=None)
+
+
+def test_packing_an_input_runs_every_call():
+    """Nothing is packed once where b is a graph input: each call packs its own b, and a
+    second call with another b gives that b's product."""
+    g = Graph("xy")
+    x = g.input("x", TensorType("f32", ("S", K)))
+    y = g.input("y", TensorType("f32", (K, H)))
+    g.output(g.ops.gemm(x, y, g.constant(B1, "b1"), beta=1.0))
+    m = g.compile()
+    for _ in range(2):
+        a, b = rand(9, K), rand(K, H)
+        close(m(a, b), a.astype(np.float64) @ b + B1)
+    s = m.cache[(("S", 9),)].summary()
+    assert s["run_once"] == [] and s["kernels"] == 3
+
+
+def test_empty_batch(model):
+    x = rand(0, K)
+    got = model(x)
+    assert got.shape == (0, N)
+
+
+def _constant_weight_cases() -> dict[str, tuple[tuple[int, ...], np.ndarray, dict, object]]:
+    """op -> (input shape, constant weight, attributes, NumPy reference of (x, w))."""
+    w_mm, w_t, w_conv = rand(K, 11), rand(11, K), rand(5, 3, 3, 2)
+
+    def conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        from clforge import ops
+
+        return ops.conv2d(x, w, stride=2, padding=(1, 0))
+
+    return {
+        "matmul": ((3, 13, K), w_mm, {}, lambda x, w: x.astype(np.float64) @ w),
+        "gemm": ((13, K), w_t, {"trans_b": True}, lambda x, w: x.astype(np.float64) @ w.T),
+        "conv2d": ((2, 3, 7, 9), w_conv, {"stride": 2, "padding": (1, 0)}, conv),
+    }
+
+
+@pytest.mark.parametrize("op", ["matmul", "gemm", "conv2d"])
+def test_constant_weights_of_packed_routines(op):
+    """A weight packed once gives the same results as packing it per call (eager), over calls
+    with other inputs and batch sizes, and the packing ran once. conv2d has no bias: the
+    omitted input is filled (its dims were bound without the attributes' defaults, a
+    CallError naming `groups`)."""
+    shape, w, attrs, reference = _constant_weight_cases()[op]
+    g = Graph(op)
+    x = g.input("x", TensorType("f32", ("B", *shape[1:])))
+    g.output(getattr(g.ops, op)(x, g.constant(w, "w"), **attrs))
+    m = g.compile()
+    for b in (shape[0], 1, shape[0]):
+        xs = rand(b, *shape[1:])
+        close(m(xs), np.asarray(reference(xs, w), np.float64))
+    spec = next(iter(m.cache.values()))
+    packs = [s.name for p in spec.steps for s in p.plan.inst.steps if s.reads in (("b",), ("w",))]
+    assert [note.split(": ")[1].split(" ")[0] for note in spec.once] == packs
+    # each runs a packed routine at these sizes on PoCL's CPU device
+    assert packs == (["pack_w"] if op == "conv2d" else ["pack_b"])
