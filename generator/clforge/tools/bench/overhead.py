@@ -103,7 +103,8 @@ def bench_host_per_kernel(
 ) -> dict[str, Any]:
     """Host time per kernel of a compiled model against the same ops as eager calls: a chain of
     `kernels` adds of `n` f32 on device arrays (y = y + x, each reading the previous result),
-    kernels so small that the host's work is what is timed. Each call is timed alone with
+    kernels so small that the host's work is what is timed (fusion off: fused, the chain would
+    be one kernel). Each call is timed alone with
     `time.perf_counter_ns`, the queue drained after it outside the timed part (host time only);
     a round's figure is the mean of `inner` calls over the kernels they launch, and the result
     the median of `rounds` rounds, with the lowest and highest. Beside them, the floor: the
@@ -120,7 +121,7 @@ def bench_host_per_kernel(
     for _ in range(kernels):
         y = g.ops.add(y, x)
     g.output(y)
-    model = g.compile()
+    model = g.compile(fusion=False)  # one kernel per add, as eager: the host's cost per launch
     xd = cla.to_device(q, np.ones(n, np.float32))
 
     def compiled() -> Any:
