@@ -12,11 +12,9 @@ approximation)."""
 from __future__ import annotations
 
 import numpy as np
-import pyopencl as cl
 import pytest
 
 from clforge.call.binding import resolve_attrs
-from clforge.emit.render import Renderer
 from clforge.references import accuracy
 from clforge.registry import loader as registry_mod
 from clforge.spec.load import load_specs
@@ -123,51 +121,3 @@ def test_sweep_covers_the_line_and_the_specials() -> None:
     assert ((x > 19) & (x <= 20)).sum() > 20000  # the dense range
     h = accuracy.sweep("f16", -20, 20)
     assert np.unique(h.view(np.uint16)).size == 2**16  # every half value
-
-
-# --- the double form of exp (attention's cpu_flash64) -----------------------------------------
-
-_EXP64_KERNEL = """
-{% import "_common/transcendentals.cl.j2" as tx %}
-#pragma OPENCL EXTENSION cl_khr_fp64 : enable
-{{ tx.functions("exp", "double8", "long8", "v") }}
-{{ tx.functions("exp", "double", "long", "s") }}
-__kernel void exp64(__global const double* x, __global double* yv, __global double* ys) {
-    const size_t i = get_global_id(0) * 8;
-    *(__global double8*)(yv + i) = exp_v_(*(__global const double8*)(x + i));
-    for (int e = 0; e < 8; ++e) ys[i + e] = exp_s_(x[i + e]);
-}
-"""
-
-
-def test_exp_double_form(runtime) -> None:  # type: ignore[no-untyped-def]
-    """tx's exp on doubles (vectors and scalars), which attention's f64 kernel calls: within 2
-    ulp of exp (relative error 2 eps; measured 1.6 eps) over [-750, 712] where the result is
-    normal, denormal results within two of the smallest denormal (measured 1.3), overflow to
-    inf, and exp(-inf) = 0, exp(inf) = inf, NaN kept."""
-    if "cl_khr_fp64" not in runtime.device.extensions:
-        pytest.skip("the device lacks cl_khr_fp64")
-    source = Renderer().env.from_string(_EXP64_KERNEL).render()
-    specials = [-np.inf, np.inf, np.nan, -0.0, 0.0, -745.5, -745.0, -708.5, 709.78, 709.8, 710.0]
-    x = np.concatenate([np.linspace(-750.0, 712.0, 2**20 - 16), np.array(specials + [1.0] * 5)])
-    ctx, q = runtime.context, runtime.queue
-    mf = cl.mem_flags
-    xb = cl.Buffer(ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x)
-    yv, ys = np.empty_like(x), np.empty_like(x)
-    bv = cl.Buffer(ctx, mf.WRITE_ONLY, x.nbytes)
-    bs = cl.Buffer(ctx, mf.WRITE_ONLY, x.nbytes)
-    cl.Program(ctx, source).build().exp64(q, (x.size // 8,), None, xb, bv, bs)
-    cl.enqueue_copy(q, yv, bv)
-    cl.enqueue_copy(q, ys, bs)
-    with np.errstate(over="ignore", under="ignore"):
-        ref = np.exp(x.astype(np.longdouble))
-    tiny = np.finfo(np.float64).tiny
-    for y in (yv, ys):
-        finite = np.isfinite(x)
-        assert np.array_equal(y[~finite], np.exp(x[~finite]), equal_nan=True)
-        normal = finite & (ref >= tiny) & (ref <= np.finfo(np.float64).max)
-        rel = np.abs((y[normal] - ref[normal]) / ref[normal])
-        assert rel.max() <= 2 * np.finfo(np.float64).eps, float(rel.max())
-        below = finite & (ref < tiny)
-        assert np.all(np.abs(y[below] - ref[below]) <= 1e-323), np.abs(y[below] - ref[below]).max()
-        assert np.all(np.isposinf(y[finite & (ref > np.finfo(np.float64).max)]))

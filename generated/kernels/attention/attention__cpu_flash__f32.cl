@@ -9,55 +9,41 @@ typedef float VU_ __attribute__((ext_vector_type(16), aligned(sizeof(float))));
 #define NP_ ((SK + 63) / 64)
 #define DVP_ ((DV + 63) / 64 * 64)
 #define VIN_ (DV % 64 == 0)  /* rows of v are whole chunks: read in place, not packed */
-// e^x: x clamped to [-104, 89] (e^-inf = 0, e^inf = inf, NaN stays NaN); 2^n as 2^(n + 24) 2^-24
-// below 0 (denormal results) and 2^(n - 1) 2 above (no overflow before e^x does)
-inline float16 exp_v_(float16 x) {
-    x = x < -104.0f ? (float16)-104.0f : x;
-    x = x > 89.0f ? (float16)89.0f : x;
-    const float16 j = x * 1.44269504f + 12582912.0f;
-    const float16 n = j - 12582912.0f;
-    const float16 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    float16 p = 1.38145930e-3f;
-    p = p * r + 8.36870819e-3f;
-    p = p * r + 4.16683890e-2f;
-    p = p * r + 1.66665211e-1f;
-    p = p * r + 4.99999940e-1f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-#if defined(__AVX512F__)
-    /* AVX-512: p 2^n in one vscalefps, denormal results rounded once, overflow to inf */
-    typedef float mv_ __attribute__((__vector_size__(64)));
-    return __builtin_bit_cast(float16, __builtin_ia32_scalefps512_mask(
-        __builtin_bit_cast(mv_, p), __builtin_bit_cast(mv_, n), __builtin_bit_cast(mv_, p),
-        (ushort)-1, 4));
-#else
-    const float16 s = as_float16((as_int16(j) + (x < 0.0f ? (int16)151 : (int16)126)) << 23);
-    return (p * s) * (x < 0.0f ? (float16)5.96046448e-8f : (float16)2.0f);
-#endif
+inline float16 vexp_(const float16 x) {
+    const float16 r_ = x * (float16)1.4426950408889634f + (float16)12582912.0f;
+    const float16 m_ = r_ - (float16)12582912.0f;
+    const float16 y_ = (x - m_ * (float16)0.693145751953125f) - m_ * (float16)1.428606820309417e-06f;
+    float16 p_ = (float16)1.38888888888888894e-03f;
+    p_ = p_ * y_ + (float16)8.33333333333333322e-03f;
+    p_ = p_ * y_ + (float16)4.16666666666666644e-02f;
+    p_ = p_ * y_ + (float16)1.66666666666666657e-01f;
+    p_ = p_ * y_ + (float16)5.00000000000000000e-01f;
+    p_ = p_ * y_ + (float16)1.00000000000000000e+00f;
+    p_ = p_ * y_ + (float16)1.00000000000000000e+00f;
+    const uint16 e_ = (as_uint16(r_) - (uint16)0x4B400000U) << 23;
+    const float16 out_ = as_float16(as_uint16(p_) + e_);
+    return x < (float16)-86.0f ? (float16)0 : out_;
 }
-// e^x: x clamped to [-104, 89] (e^-inf = 0, e^inf = inf, NaN stays NaN); 2^n as 2^(n + 24) 2^-24
-// below 0 (denormal results) and 2^(n - 1) 2 above (no overflow before e^x does)
-inline float exp_s_(float x) {
-    x = x < -104.0f ? (float)-104.0f : x;
-    x = x > 89.0f ? (float)89.0f : x;
-    const float j = x * 1.44269504f + 12582912.0f;
-    const float n = j - 12582912.0f;
-    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-    float p = 1.38145930e-3f;
-    p = p * r + 8.36870819e-3f;
-    p = p * r + 4.16683890e-2f;
-    p = p * r + 1.66665211e-1f;
-    p = p * r + 4.99999940e-1f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    const float s = as_float((as_int(j) + (x < 0.0f ? (int)151 : (int)126)) << 23);
-    return (p * s) * (x < 0.0f ? (float)5.96046448e-8f : (float)2.0f);
+inline float sexp_(const float x) {
+    const float r_ = x * (float)1.4426950408889634f + (float)12582912.0f;
+    const float m_ = r_ - (float)12582912.0f;
+    const float y_ = (x - m_ * (float)0.693145751953125f) - m_ * (float)1.428606820309417e-06f;
+    float p_ = (float)1.38888888888888894e-03f;
+    p_ = p_ * y_ + (float)8.33333333333333322e-03f;
+    p_ = p_ * y_ + (float)4.16666666666666644e-02f;
+    p_ = p_ * y_ + (float)1.66666666666666657e-01f;
+    p_ = p_ * y_ + (float)5.00000000000000000e-01f;
+    p_ = p_ * y_ + (float)1.00000000000000000e+00f;
+    p_ = p_ * y_ + (float)1.00000000000000000e+00f;
+    const uint e_ = (as_uint(r_) - (uint)0x4B400000U) << 23;
+    const float out_ = as_float(as_uint(p_) + e_);
+    return x < (float)-86.0f ? (float)0 : out_;
 }
 /* tanh(x) = sign(x) (1 - e) / (1 + e) with e = exp(-2 |x|): no builtin call, which would make
    the compiler spill every live vector around it even where the soft-cap is off */
 inline float16 vtanh_(const float16 x) {
     const float16 a_ = x < (float16)0 ? -x : x;
-    const float16 e_ = exp_v_((float16)-2 * a_);
+    const float16 e_ = vexp_((float16)-2 * a_);
     const float16 t_ = ((float16)1 - e_) / ((float16)1 + e_);
     return x < (float16)0 ? -t_ : t_;
 }
@@ -326,16 +312,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m0_ ? bm_ : m0_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a0_ = exp_s_(m0_ - mu_);
+            a0_ = sexp_(m0_ - mu_);
             m0_ = mn_;
             l0_ *= a0_;
-            pv_[0] = exp_v_(s0_0_ - mu_);
+            pv_[0] = vexp_(s0_0_ - mu_);
             l0_ += pv_[0];
-            pv_[1] = exp_v_(s0_1_ - mu_);
+            pv_[1] = vexp_(s0_1_ - mu_);
             l0_ += pv_[1];
-            pv_[2] = exp_v_(s0_2_ - mu_);
+            pv_[2] = vexp_(s0_2_ - mu_);
             l0_ += pv_[2];
-            pv_[3] = exp_v_(s0_3_ - mu_);
+            pv_[3] = vexp_(s0_3_ - mu_);
             l0_ += pv_[3];
         }
         ACC_ a1_;
@@ -382,16 +368,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m1_ ? bm_ : m1_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a1_ = exp_s_(m1_ - mu_);
+            a1_ = sexp_(m1_ - mu_);
             m1_ = mn_;
             l1_ *= a1_;
-            pv_[4] = exp_v_(s1_0_ - mu_);
+            pv_[4] = vexp_(s1_0_ - mu_);
             l1_ += pv_[4];
-            pv_[5] = exp_v_(s1_1_ - mu_);
+            pv_[5] = vexp_(s1_1_ - mu_);
             l1_ += pv_[5];
-            pv_[6] = exp_v_(s1_2_ - mu_);
+            pv_[6] = vexp_(s1_2_ - mu_);
             l1_ += pv_[6];
-            pv_[7] = exp_v_(s1_3_ - mu_);
+            pv_[7] = vexp_(s1_3_ - mu_);
             l1_ += pv_[7];
         }
         ACC_ a2_;
@@ -438,16 +424,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m2_ ? bm_ : m2_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a2_ = exp_s_(m2_ - mu_);
+            a2_ = sexp_(m2_ - mu_);
             m2_ = mn_;
             l2_ *= a2_;
-            pv_[8] = exp_v_(s2_0_ - mu_);
+            pv_[8] = vexp_(s2_0_ - mu_);
             l2_ += pv_[8];
-            pv_[9] = exp_v_(s2_1_ - mu_);
+            pv_[9] = vexp_(s2_1_ - mu_);
             l2_ += pv_[9];
-            pv_[10] = exp_v_(s2_2_ - mu_);
+            pv_[10] = vexp_(s2_2_ - mu_);
             l2_ += pv_[10];
-            pv_[11] = exp_v_(s2_3_ - mu_);
+            pv_[11] = vexp_(s2_3_ - mu_);
             l2_ += pv_[11];
         }
         ACC_ a3_;
@@ -494,16 +480,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m3_ ? bm_ : m3_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a3_ = exp_s_(m3_ - mu_);
+            a3_ = sexp_(m3_ - mu_);
             m3_ = mn_;
             l3_ *= a3_;
-            pv_[12] = exp_v_(s3_0_ - mu_);
+            pv_[12] = vexp_(s3_0_ - mu_);
             l3_ += pv_[12];
-            pv_[13] = exp_v_(s3_1_ - mu_);
+            pv_[13] = vexp_(s3_1_ - mu_);
             l3_ += pv_[13];
-            pv_[14] = exp_v_(s3_2_ - mu_);
+            pv_[14] = vexp_(s3_2_ - mu_);
             l3_ += pv_[14];
-            pv_[15] = exp_v_(s3_3_ - mu_);
+            pv_[15] = vexp_(s3_3_ - mu_);
             l3_ += pv_[15];
         }
         ACC_ a4_;
@@ -550,16 +536,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m4_ ? bm_ : m4_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a4_ = exp_s_(m4_ - mu_);
+            a4_ = sexp_(m4_ - mu_);
             m4_ = mn_;
             l4_ *= a4_;
-            pv_[16] = exp_v_(s4_0_ - mu_);
+            pv_[16] = vexp_(s4_0_ - mu_);
             l4_ += pv_[16];
-            pv_[17] = exp_v_(s4_1_ - mu_);
+            pv_[17] = vexp_(s4_1_ - mu_);
             l4_ += pv_[17];
-            pv_[18] = exp_v_(s4_2_ - mu_);
+            pv_[18] = vexp_(s4_2_ - mu_);
             l4_ += pv_[18];
-            pv_[19] = exp_v_(s4_3_ - mu_);
+            pv_[19] = vexp_(s4_3_ - mu_);
             l4_ += pv_[19];
         }
         ACC_ a5_;
@@ -606,16 +592,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m5_ ? bm_ : m5_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a5_ = exp_s_(m5_ - mu_);
+            a5_ = sexp_(m5_ - mu_);
             m5_ = mn_;
             l5_ *= a5_;
-            pv_[20] = exp_v_(s5_0_ - mu_);
+            pv_[20] = vexp_(s5_0_ - mu_);
             l5_ += pv_[20];
-            pv_[21] = exp_v_(s5_1_ - mu_);
+            pv_[21] = vexp_(s5_1_ - mu_);
             l5_ += pv_[21];
-            pv_[22] = exp_v_(s5_2_ - mu_);
+            pv_[22] = vexp_(s5_2_ - mu_);
             l5_ += pv_[22];
-            pv_[23] = exp_v_(s5_3_ - mu_);
+            pv_[23] = vexp_(s5_3_ - mu_);
             l5_ += pv_[23];
         }
         const int nj_ = nk_ - j0_ < 64 ? nk_ - j0_ : 64;  /* keys past it: probability 0 */
