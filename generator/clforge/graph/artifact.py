@@ -234,7 +234,7 @@ class Model:
         buffers = [arr.base_data if arr.size else rt.dummy for arr in (*inputs, *outs)]
         for j, origin, nbytes in spec.subs:  # views of the call's buffers at aligned offsets
             buffers.append(views.sub_region(buffers[j], origin, nbytes))
-        run_ready(rt.queue, spec.launches, buffers)
+        run_ready(rt.queue, spec.launches, buffers, rt.context)
         results = []
         for kind, index, shape, strided in spec.results:
             if strided is not None:
