@@ -147,3 +147,36 @@ def test_constant_weights_of_packed_routines(op):
     assert [note.split(": ")[1].split(" ")[0] for note in spec.once] == packs
     # each runs a packed routine at these sizes on PoCL's CPU device
     assert packs == (["pack_w"] if op == "conv2d" else ["pack_b"])
+
+
+def test_a_call_failing_midway_opens_its_gate():
+    """The kernels a call enqueued behind its gate run even where a later launch fails to be
+    enqueued (the gate is completed in a `finally`), so the queue drains instead of hanging."""
+    import dataclasses
+
+    import pyopencl as cl
+
+    from clforge.runtime.launch import run_ready
+
+    g = Graph("chain")
+    x = g.input("x", TensorType("f32", (5,)))
+    g.output(g.ops.relu(g.ops.exp(g.ops.neg(x))))
+    model = g.compile(fusion=False)
+    rt = model.dispatcher.runtime
+    xd = cla.to_device(rt.queue, rand(5))
+    model(xd)
+    (spec,) = model.cache.values()
+    launches = spec.launches
+    assert len(launches) == 3
+    out = cla.empty(rt.queue, (5,), np.float32)
+    buffers = [xd.base_data, out.base_data]
+    broken = dataclasses.replace(launches[1], global_size=(-1,))  # refused by the driver
+    with pytest.raises((cl.Error, RuntimeError)):
+        run_ready(rt.queue, (launches[0], broken, launches[2]), buffers, rt.context)
+    import time
+
+    done = cl.enqueue_marker(rt.queue)  # completes once the gated kernel has run
+    deadline = time.monotonic() + 20
+    while done.command_execution_status != cl.command_execution_status.COMPLETE:
+        assert time.monotonic() < deadline, "the gate stayed closed: the queue hangs"
+        time.sleep(0.01)
