@@ -31,7 +31,6 @@ from clforge.call import views
 from clforge.call.binding import bind, bind_dims, resolve_attrs
 from clforge.call.dispatcher import Dispatcher, dispatcher
 from clforge.call.eager import fill_value
-from clforge.conventions import CONVENTIONS
 from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.core.layouts import layout_strides
 from clforge.errors import BuildError, CallError, ClforgeError, GraphError
@@ -43,7 +42,7 @@ from clforge.graph.records import Node
 from clforge.graph.schedule import Step
 from clforge.graph.select import layouts_of
 from clforge.graph.serial import save
-from clforge.graph.shapes import probe_array
+from clforge.graph.shapes import canonical_at
 from clforge.graph.strides import Strided, strided_views
 from clforge.interop.intake import intake_args
 from clforge.registry.loader import guard_holds
@@ -357,18 +356,8 @@ class Model:
         ir = self.plan.ir
         sig = d.registry.op(n.op)
         here = f"graph {self.name!r}: node {n.id} ({n.op})"
-        given: dict[str, Any] = {}
-        for tensor, vid in n.inputs:
-            if vid is not None:
-                v = ir.value(vid)
-                given[tensor] = probe_array(tuple(x.evaluate(env) for x in v.shape), v.dtype)
         try:
-            canon = CONVENTIONS[sig.call].canonical(
-                sig, {t.name: given.get(t.name) for t in sig.inputs}, dict(n.options)
-            )
-            # the node's attributes win (a keep mask's bool_mask=1 the probes do not show); the
-            # convention computes those left off the node (a scale from a symbolic head size)
-            attrs = {**canon.attrs, **dict(n.attrs)}
+            canon, attrs = canonical_at(sig, ir, n, env)
             shapes: dict[str, Any] = dict(canon.inputs)
             fills: dict[str, cla.Array] = {}
             missing = [t for t in sig.inputs if t.name not in shapes]

@@ -25,7 +25,6 @@ import pyopencl as cl
 
 from clforge.call.binding import bind
 from clforge.call.dispatcher import Dispatcher
-from clforge.conventions import CONVENTIONS
 from clforge.core import elementwise_expr
 from clforge.core.dtypes import DTYPES
 from clforge.core.layouts import layout_strides
@@ -33,7 +32,7 @@ from clforge.core.tree import Tree
 from clforge.emit.render import Renderer
 from clforge.errors import CallError, ClforgeError, GraphError
 from clforge.graph.records import GraphIR, Node
-from clforge.graph.shapes import probe_array
+from clforge.graph.shapes import canonical_at
 from clforge.params.space import as_params
 from clforge.registry.loader import Registry
 from clforge.registry.records import Arg, Instance, Launch, OpSig, Requirements, TensorSig
@@ -191,16 +190,9 @@ def _node_params(
     """The parameters of a node of the chain at these sizes (the tuning chain's choice for its
     instance, as the node alone would run), and where they came from."""
     sig = d.registry.op(node.op)
-    given: dict[str, Any] = {}
-    for tensor, vid in node.inputs:
-        if vid is not None:
-            v = ir.value(vid)
-            given[tensor] = probe_array(tuple(x.evaluate(env) for x in v.shape), v.dtype)
     try:
-        canon = CONVENTIONS[sig.call].canonical(
-            sig, {t.name: given.get(t.name) for t in sig.inputs}, dict(node.options)
-        )
-        b = bind(sig, dict(canon.inputs), {**dict(node.attrs), **canon.attrs})
+        canon, attrs = canonical_at(sig, ir, node, env)
+        b = bind(sig, dict(canon.inputs), attrs)
         choice = d.params_for(d.registry.instance(instance), b.env)
     except ClforgeError as exc:
         return {}, f"spec defaults ({exc})"

@@ -24,9 +24,10 @@ import numpy as np
 from clforge.call.binding import bind, named_attrs
 from clforge.call.results import probe_array
 from clforge.conventions import CONVENTIONS
+from clforge.conventions.base import Canonical
 from clforge.errors import CallError, GraphError
 from clforge.graph.dims import Dim, shape_str
-from clforge.graph.records import Value
+from clforge.graph.records import GraphIR, Node, Value
 from clforge.registry.records import OpSig
 
 # the conventions a graph node may use; the others' ops are refused by name
@@ -334,11 +335,30 @@ def same_size(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, Dim] | None:
     return pa, pb
 
 
+def canonical_at(
+    sig: OpSig, ir: GraphIR, node: Node, env: Mapping[str, int]
+) -> tuple[Canonical, dict[str, Any]]:
+    """Node `node` of `ir` at the sizes `env`, through its op's calling convention on probe
+    arrays (no memory): the canonical call, and its attributes: the node's win (a keep mask's
+    `bool_mask=1`, which the probes do not show), the convention gives those left off the node
+    (a scale computed from a symbolic head size)."""
+    given: dict[str, Any] = {}
+    for tensor, vid in node.inputs:
+        if vid is not None:
+            v = ir.value(vid)
+            given[tensor] = probe_array(tuple(x.evaluate(env) for x in v.shape), v.dtype)
+    canon = CONVENTIONS[sig.call].canonical(
+        sig, {t.name: given.get(t.name) for t in sig.inputs}, dict(node.options)
+    )
+    return canon, {**canon.attrs, **dict(node.attrs)}
+
+
 __all__ = [
     "KEEP_MASKS",
     "SUPPORTED_CONVENTIONS",
     "Inferred",
     "Probes",
+    "canonical_at",
     "infer",
     "probe_array",
     "same_size",
