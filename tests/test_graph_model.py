@@ -179,6 +179,24 @@ print(json.dumps({"cache": len(m.cache), "explain": "== 7. schedule" in m.explai
 """
 
 
+def _run_script(tmp_path: Path, text: str, *args: Path) -> subprocess.CompletedProcess[str]:
+    """`text` run as a script in a fresh Python process with `args`, clforge from this
+    checkout; it must exit 0."""
+    script = tmp_path / "run.py"
+    script.write_text(text)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "generator"), str(ROOT)])}
+    done = subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_save_and_load_in_a_fresh_process(tmp_path, mlp_model):
     path = tmp_path / "mlp.json"
     mlp_model.save(path)
@@ -187,18 +205,7 @@ def test_save_and_load_in_a_fresh_process(tmp_path, mlp_model):
     assert "pickle" not in path.read_text()
     x = rand(11, D)
     np.save(tmp_path / "x.npy", x)
-    script = tmp_path / "run.py"
-    script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "generator"), str(ROOT)])}
-    done = subprocess.run(
-        [sys.executable, str(script), str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _run_script(tmp_path, SCRIPT, path, tmp_path / "x.npy", tmp_path / "y.npy")
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"cache": 1, "explain": True}
     close(np.load(tmp_path / "y.npy"), mlp_model(x), tol=1e-6)
@@ -261,18 +268,7 @@ def _run_saved(tmp_path: Path, model, inputs: dict[str, np.ndarray]) -> list[np.
     path = tmp_path / "model.json"
     model.save(path)
     np.savez(tmp_path / "in.npz", **inputs)
-    script = tmp_path / "run_many.py"
-    script.write_text(SCRIPT_MANY)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "generator"), str(ROOT)])}
-    done = subprocess.run(
-        [sys.executable, str(script), str(path), str(tmp_path / "in.npz"), str(tmp_path / "o.npz")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    _run_script(tmp_path, SCRIPT_MANY, path, tmp_path / "in.npz", tmp_path / "o.npz")
     with np.load(tmp_path / "o.npz") as out:
         return [out[f"arr_{k}"] for k in range(len(out.files))]
 

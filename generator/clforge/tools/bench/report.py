@@ -236,8 +236,13 @@ def _table(rows: Sequence[Row], runs: Sequence[PeerRun], spreads: bool) -> list[
         ours.append(fmt(r["generic"]))
         extra = [_times(r["ratios"]["generic"]), fmt(r["copy"]) if r["copy"] else "", of_bw]
         table.append([*ours, *cells, r["unit"], *ratios, *extra])
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    left = {0, 1, len(titles) + 4}  # the case, the instance and the unit
+    return _aligned(table, left={0, 1, len(titles) + 4})  # the case, the instance, the unit
+
+
+def _aligned(table: Sequence[Sequence[str]], left: set[int]) -> list[str]:
+    """`table`'s rows as lines, each column as wide as its widest cell: the columns in `left`
+    flush left, the others (figures) flush right."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     return [
         "  "
         + "  ".join(
@@ -276,16 +281,7 @@ def _untuned_table(rows: Sequence[Row], runs: Sequence[PeerRun], spreads: bool) 
                 *ratios,
             ]
         )
-    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
-    left = {0, 1, 4}
-    return [
-        "  "
-        + "  ".join(
-            c.ljust(w) if i in left else c.rjust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        ).rstrip()
-        for row in table
-    ]
+    return _aligned(table, left={0, 1, 4})
 
 
 def tally(rows: Sequence[Row], key: str) -> tuple[int, int, int]:
