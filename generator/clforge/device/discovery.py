@@ -103,7 +103,10 @@ def all_devices() -> list[cl.Device]:
     try:
         return [d for p in cl.get_platforms() for d in p.get_devices()]
     except cl.Error as exc:
-        raise DeviceError(f"no OpenCL platform found ({exc}); {FALLBACK_HINT}") from None
+        raise DeviceError(
+            f"no OpenCL platform found ({exc}): no OpenCL driver is installed; "
+            f'`pip install "clforge[pocl]"` adds PoCL\'s CPU device from PyPI. {FALLBACK_HINT}'
+        ) from None
 
 
 def _run_probe(device: cl.Device) -> tuple[float, int]:
