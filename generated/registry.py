@@ -2393,6 +2393,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'abs__cpu__f64': Instance(
         name='abs__cpu__f64',
@@ -2454,6 +2455,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'abs__cpu__i32': Instance(
         name='abs__cpu__i32',
@@ -2515,6 +2517,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'abs__generic__f16': Instance(
         name='abs__generic__f16',
@@ -2572,6 +2575,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'abs__generic__f32': Instance(
         name='abs__generic__f32',
@@ -2629,6 +2633,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'abs__generic__f64': Instance(
         name='abs__generic__f64',
@@ -2686,6 +2691,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'abs__generic__i32': Instance(
         name='abs__generic__i32',
@@ -2743,6 +2749,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'abs__gpu__f32': Instance(
         name='abs__gpu__f32',
@@ -2800,6 +2807,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'abs__gpu__f64': Instance(
         name='abs__gpu__f64',
@@ -2857,6 +2865,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'abs__gpu__i32': Instance(
         name='abs__gpu__i32',
@@ -2914,6 +2923,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'abs__half__f16': Instance(
         name='abs__half__f16',
@@ -2971,6 +2981,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__cpu__f32': Instance(
         name='add__cpu__f32',
@@ -3127,6 +3138,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__cpu__f64': Instance(
         name='add__cpu__f64',
@@ -3283,6 +3295,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__cpu__i32': Instance(
         name='add__cpu__i32',
@@ -3439,6 +3452,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__generic__f16': Instance(
         name='add__generic__f16',
@@ -3592,6 +3606,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__generic__f32': Instance(
         name='add__generic__f32',
@@ -3745,6 +3760,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__generic__f64': Instance(
         name='add__generic__f64',
@@ -3898,6 +3914,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__generic__i32': Instance(
         name='add__generic__i32',
@@ -4051,6 +4068,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__gpu__f32': Instance(
         name='add__gpu__f32',
@@ -4204,6 +4222,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__gpu__f64': Instance(
         name='add__gpu__f64',
@@ -4357,6 +4376,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__gpu__i32': Instance(
         name='add__gpu__i32',
@@ -4510,6 +4530,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'add__half__f16': Instance(
         name='add__half__f16',
@@ -4663,6 +4684,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__cpu__f32': Instance(
         name='argmax__cpu__f32',
@@ -4739,6 +4761,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__cpu__f64': Instance(
         name='argmax__cpu__f64',
@@ -4815,6 +4838,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__cpu__i32': Instance(
         name='argmax__cpu__i32',
@@ -4891,6 +4915,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__generic__f16': Instance(
         name='argmax__generic__f16',
@@ -4964,6 +4989,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__generic__f32': Instance(
         name='argmax__generic__f32',
@@ -5037,6 +5063,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__generic__f64': Instance(
         name='argmax__generic__f64',
@@ -5110,6 +5137,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__generic__i32': Instance(
         name='argmax__generic__i32',
@@ -5183,6 +5211,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__generic_fp16__f16': Instance(
         name='argmax__generic_fp16__f16',
@@ -5256,6 +5285,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__gpu_workgroup__f32': Instance(
         name='argmax__gpu_workgroup__f32',
@@ -5329,6 +5359,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__gpu_workgroup__f64': Instance(
         name='argmax__gpu_workgroup__f64',
@@ -5402,6 +5433,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'argmax__gpu_workgroup__i32': Instance(
         name='argmax__gpu_workgroup__i32',
@@ -5475,6 +5507,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'attention__cpu__f32': Instance(
         name='attention__cpu__f32',
@@ -5668,6 +5701,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'attention__cpu__f64': Instance(
         name='attention__cpu__f64',
@@ -5861,6 +5895,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'attention__cpu_flash64__f64': Instance(
         name='attention__cpu_flash64__f64',
@@ -6407,6 +6442,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'attention__cpu_flash__f32': Instance(
         name='attention__cpu_flash__f32',
@@ -6953,6 +6989,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'attention__generic__f16': Instance(
         name='attention__generic__f16',
@@ -7146,6 +7183,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'attention__generic__f32': Instance(
         name='attention__generic__f32',
@@ -7339,6 +7377,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'attention__generic__f64': Instance(
         name='attention__generic__f64',
@@ -7532,6 +7571,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'attention__gpu_tiled__f16': Instance(
         name='attention__gpu_tiled__f16',
@@ -7730,6 +7770,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'attention__gpu_tiled__f32': Instance(
         name='attention__gpu_tiled__f32',
@@ -7928,6 +7969,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'avg_pool2d__cpu__f32': Instance(
         name='avg_pool2d__cpu__f32',
@@ -8113,6 +8155,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'avg_pool2d__cpu__f64': Instance(
         name='avg_pool2d__cpu__f64',
@@ -8298,6 +8341,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'avg_pool2d__generic__f16': Instance(
         name='avg_pool2d__generic__f16',
@@ -8483,6 +8527,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'avg_pool2d__generic__f32': Instance(
         name='avg_pool2d__generic__f32',
@@ -8668,6 +8713,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'avg_pool2d__generic__f64': Instance(
         name='avg_pool2d__generic__f64',
@@ -8853,6 +8899,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'avg_pool2d__gpu__f32': Instance(
         name='avg_pool2d__gpu__f32',
@@ -9038,6 +9085,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'avg_pool2d__gpu__f64': Instance(
         name='avg_pool2d__gpu__f64',
@@ -9223,6 +9271,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'batch_norm__cpu__f32': Instance(
         name='batch_norm__cpu__f32',
@@ -9343,6 +9392,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'batch_norm__cpu__f64': Instance(
         name='batch_norm__cpu__f64',
@@ -9463,6 +9513,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'batch_norm__generic__f16': Instance(
         name='batch_norm__generic__f16',
@@ -9583,6 +9634,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'batch_norm__generic__f32': Instance(
         name='batch_norm__generic__f32',
@@ -9703,6 +9755,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'batch_norm__generic__f64': Instance(
         name='batch_norm__generic__f64',
@@ -9823,6 +9876,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'batch_norm__gpu__f32': Instance(
         name='batch_norm__gpu__f32',
@@ -9943,6 +9997,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'batch_norm__gpu__f64': Instance(
         name='batch_norm__gpu__f64',
@@ -10063,6 +10118,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__cpu__f16': Instance(
         name='cast_f16__cpu__f16',
@@ -10120,6 +10176,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__cpu__f32': Instance(
         name='cast_f16__cpu__f32',
@@ -10177,6 +10234,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__cpu__f64': Instance(
         name='cast_f16__cpu__f64',
@@ -10234,6 +10292,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__cpu__i32': Instance(
         name='cast_f16__cpu__i32',
@@ -10291,6 +10350,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__generic__f16': Instance(
         name='cast_f16__generic__f16',
@@ -10348,6 +10408,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__generic__f32': Instance(
         name='cast_f16__generic__f32',
@@ -10405,6 +10466,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__generic__f64': Instance(
         name='cast_f16__generic__f64',
@@ -10462,6 +10524,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__generic__i32': Instance(
         name='cast_f16__generic__i32',
@@ -10519,6 +10582,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__gpu__f16': Instance(
         name='cast_f16__gpu__f16',
@@ -10576,6 +10640,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__gpu__f32': Instance(
         name='cast_f16__gpu__f32',
@@ -10633,6 +10698,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__gpu__f64': Instance(
         name='cast_f16__gpu__f64',
@@ -10690,6 +10756,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f16__gpu__i32': Instance(
         name='cast_f16__gpu__i32',
@@ -10747,6 +10814,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__cpu__f16': Instance(
         name='cast_f32__cpu__f16',
@@ -10804,6 +10872,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__cpu__f32': Instance(
         name='cast_f32__cpu__f32',
@@ -10861,6 +10930,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__cpu__f64': Instance(
         name='cast_f32__cpu__f64',
@@ -10918,6 +10988,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__cpu__i32': Instance(
         name='cast_f32__cpu__i32',
@@ -10975,6 +11046,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__generic__f16': Instance(
         name='cast_f32__generic__f16',
@@ -11032,6 +11104,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__generic__f32': Instance(
         name='cast_f32__generic__f32',
@@ -11089,6 +11162,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__generic__f64': Instance(
         name='cast_f32__generic__f64',
@@ -11146,6 +11220,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__generic__i32': Instance(
         name='cast_f32__generic__i32',
@@ -11203,6 +11278,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__gpu__f16': Instance(
         name='cast_f32__gpu__f16',
@@ -11260,6 +11336,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__gpu__f32': Instance(
         name='cast_f32__gpu__f32',
@@ -11317,6 +11394,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__gpu__f64': Instance(
         name='cast_f32__gpu__f64',
@@ -11374,6 +11452,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f32__gpu__i32': Instance(
         name='cast_f32__gpu__i32',
@@ -11431,6 +11510,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__cpu__f16': Instance(
         name='cast_f64__cpu__f16',
@@ -11488,6 +11568,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__cpu__f32': Instance(
         name='cast_f64__cpu__f32',
@@ -11545,6 +11626,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__cpu__f64': Instance(
         name='cast_f64__cpu__f64',
@@ -11602,6 +11684,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__cpu__i32': Instance(
         name='cast_f64__cpu__i32',
@@ -11659,6 +11742,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__generic__f16': Instance(
         name='cast_f64__generic__f16',
@@ -11716,6 +11800,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__generic__f32': Instance(
         name='cast_f64__generic__f32',
@@ -11773,6 +11858,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__generic__f64': Instance(
         name='cast_f64__generic__f64',
@@ -11830,6 +11916,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__generic__i32': Instance(
         name='cast_f64__generic__i32',
@@ -11887,6 +11974,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__gpu__f16': Instance(
         name='cast_f64__gpu__f16',
@@ -11944,6 +12032,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__gpu__f32': Instance(
         name='cast_f64__gpu__f32',
@@ -12001,6 +12090,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__gpu__f64': Instance(
         name='cast_f64__gpu__f64',
@@ -12058,6 +12148,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_f64__gpu__i32': Instance(
         name='cast_f64__gpu__i32',
@@ -12115,6 +12206,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__cpu__f16': Instance(
         name='cast_i32__cpu__f16',
@@ -12172,6 +12264,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__cpu__f32': Instance(
         name='cast_i32__cpu__f32',
@@ -12229,6 +12322,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__cpu__f64': Instance(
         name='cast_i32__cpu__f64',
@@ -12286,6 +12380,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__cpu__i32': Instance(
         name='cast_i32__cpu__i32',
@@ -12343,6 +12438,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__generic__f16': Instance(
         name='cast_i32__generic__f16',
@@ -12400,6 +12496,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__generic__f32': Instance(
         name='cast_i32__generic__f32',
@@ -12457,6 +12554,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__generic__f64': Instance(
         name='cast_i32__generic__f64',
@@ -12514,6 +12612,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__generic__i32': Instance(
         name='cast_i32__generic__i32',
@@ -12571,6 +12670,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__gpu__f16': Instance(
         name='cast_i32__gpu__f16',
@@ -12628,6 +12728,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__gpu__f32': Instance(
         name='cast_i32__gpu__f32',
@@ -12685,6 +12786,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__gpu__f64': Instance(
         name='cast_i32__gpu__f64',
@@ -12742,6 +12844,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'cast_i32__gpu__i32': Instance(
         name='cast_i32__gpu__i32',
@@ -12799,6 +12902,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__cpu__f32': Instance(
         name='clip__cpu__f32',
@@ -12992,6 +13096,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__cpu__f64': Instance(
         name='clip__cpu__f64',
@@ -13185,6 +13290,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__cpu__i32': Instance(
         name='clip__cpu__i32',
@@ -13378,6 +13484,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__generic__f16': Instance(
         name='clip__generic__f16',
@@ -13571,6 +13678,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__generic__f32': Instance(
         name='clip__generic__f32',
@@ -13764,6 +13872,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__generic__f64': Instance(
         name='clip__generic__f64',
@@ -13957,6 +14066,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__generic__i32': Instance(
         name='clip__generic__i32',
@@ -14150,6 +14260,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__gpu__f32': Instance(
         name='clip__gpu__f32',
@@ -14343,6 +14454,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__gpu__f64': Instance(
         name='clip__gpu__f64',
@@ -14536,6 +14648,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__gpu__i32': Instance(
         name='clip__gpu__i32',
@@ -14729,6 +14842,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'clip__half__f16': Instance(
         name='clip__half__f16',
@@ -14922,6 +15036,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__cpu__f16': Instance(
         name='concat__cpu__f16',
@@ -15019,6 +15134,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__cpu__f32': Instance(
         name='concat__cpu__f32',
@@ -15116,6 +15232,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__cpu__f64': Instance(
         name='concat__cpu__f64',
@@ -15213,6 +15330,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__cpu__i32': Instance(
         name='concat__cpu__i32',
@@ -15310,6 +15428,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__generic__f16': Instance(
         name='concat__generic__f16',
@@ -15407,6 +15526,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__generic__f32': Instance(
         name='concat__generic__f32',
@@ -15504,6 +15624,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__generic__f64': Instance(
         name='concat__generic__f64',
@@ -15601,6 +15722,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__generic__i32': Instance(
         name='concat__generic__i32',
@@ -15698,6 +15820,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__gpu__f16': Instance(
         name='concat__gpu__f16',
@@ -15795,6 +15918,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__gpu__f32': Instance(
         name='concat__gpu__f32',
@@ -15892,6 +16016,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__gpu__f64': Instance(
         name='concat__gpu__f64',
@@ -15989,6 +16114,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'concat__gpu__i32': Instance(
         name='concat__gpu__i32',
@@ -16086,6 +16212,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu__f32__x_nhwc__y_nhwc',
@@ -16292,6 +16419,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu__f32__x_nhwc__y_row': Instance(
         name='conv2d__cpu__f32__x_nhwc__y_row',
@@ -16498,6 +16626,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu__f32__x_row__y_nhwc': Instance(
         name='conv2d__cpu__f32__x_row__y_nhwc',
@@ -16704,6 +16833,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu__f32__x_row__y_row': Instance(
         name='conv2d__cpu__f32__x_row__y_row',
@@ -16910,6 +17040,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu__f64__x_nhwc__y_nhwc',
@@ -17116,6 +17247,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu__f64__x_nhwc__y_row': Instance(
         name='conv2d__cpu__f64__x_nhwc__y_row',
@@ -17322,6 +17454,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu__f64__x_row__y_nhwc': Instance(
         name='conv2d__cpu__f64__x_row__y_nhwc',
@@ -17528,6 +17661,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu__f64__x_row__y_row': Instance(
         name='conv2d__cpu__f64__x_row__y_row',
@@ -17734,6 +17868,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu_depthwise__f32__x_row__y_row': Instance(
         name='conv2d__cpu_depthwise__f32__x_row__y_row',
@@ -17938,6 +18073,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu_depthwise__f64__x_row__y_row': Instance(
         name='conv2d__cpu_depthwise__f64__x_row__y_row',
@@ -18142,6 +18278,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__cpu_im2col__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu_im2col__f32__x_nhwc__y_nhwc',
@@ -18150,7 +18287,7 @@ INSTANCES: dict[str, Instance] = {
         dtype='f32',
         layouts=(('x', 'nhwc'), ('w', 'row'), ('bias', 'row'), ('y', 'nhwc')),
         targets=('cpu',),
-        priority=2,
+        priority=1,
         params=(('MR', 6), ('NR', 64), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
@@ -18888,6 +19025,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_im2col__f32__x_nhwc__y_row': Instance(
         name='conv2d__cpu_im2col__f32__x_nhwc__y_row',
@@ -18896,7 +19034,7 @@ INSTANCES: dict[str, Instance] = {
         dtype='f32',
         layouts=(('x', 'nhwc'), ('w', 'row'), ('bias', 'row'), ('y', 'row')),
         targets=('cpu',),
-        priority=2,
+        priority=1,
         params=(('MR', 6), ('NR', 64), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
@@ -19634,6 +19772,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_im2col__f32__x_row__y_nhwc': Instance(
         name='conv2d__cpu_im2col__f32__x_row__y_nhwc',
@@ -19642,7 +19781,7 @@ INSTANCES: dict[str, Instance] = {
         dtype='f32',
         layouts=(('x', 'row'), ('w', 'row'), ('bias', 'row'), ('y', 'nhwc')),
         targets=('cpu',),
-        priority=2,
+        priority=1,
         params=(('MR', 6), ('NR', 64), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
@@ -20380,6 +20519,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_im2col__f32__x_row__y_row': Instance(
         name='conv2d__cpu_im2col__f32__x_row__y_row',
@@ -20388,7 +20528,7 @@ INSTANCES: dict[str, Instance] = {
         dtype='f32',
         layouts=(('x', 'row'), ('w', 'row'), ('bias', 'row'), ('y', 'row')),
         targets=('cpu',),
-        priority=2,
+        priority=1,
         params=(('MR', 6), ('NR', 64), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
@@ -21126,6 +21266,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_packed64__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu_packed64__f64__x_nhwc__y_nhwc',
@@ -21703,6 +21844,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_packed64__f64__x_nhwc__y_row': Instance(
         name='conv2d__cpu_packed64__f64__x_nhwc__y_row',
@@ -22280,6 +22422,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_packed64__f64__x_row__y_nhwc': Instance(
         name='conv2d__cpu_packed64__f64__x_row__y_nhwc',
@@ -22857,6 +23000,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_packed64__f64__x_row__y_row': Instance(
         name='conv2d__cpu_packed64__f64__x_row__y_row',
@@ -23434,6 +23578,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_packed__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__cpu_packed__f32__x_nhwc__y_nhwc',
@@ -23442,7 +23587,7 @@ INSTANCES: dict[str, Instance] = {
         dtype='f32',
         layouts=(('x', 'nhwc'), ('w', 'row'), ('bias', 'row'), ('y', 'nhwc')),
         targets=('cpu',),
-        priority=1,
+        priority=2,
         params=(('MR', 6), ('NR', 64), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
@@ -24011,6 +24156,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_packed__f32__x_nhwc__y_row': Instance(
         name='conv2d__cpu_packed__f32__x_nhwc__y_row',
@@ -24019,7 +24165,7 @@ INSTANCES: dict[str, Instance] = {
         dtype='f32',
         layouts=(('x', 'nhwc'), ('w', 'row'), ('bias', 'row'), ('y', 'row')),
         targets=('cpu',),
-        priority=1,
+        priority=2,
         params=(('MR', 6), ('NR', 64), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
@@ -24588,6 +24734,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_packed__f32__x_row__y_nhwc': Instance(
         name='conv2d__cpu_packed__f32__x_row__y_nhwc',
@@ -24596,7 +24743,7 @@ INSTANCES: dict[str, Instance] = {
         dtype='f32',
         layouts=(('x', 'row'), ('w', 'row'), ('bias', 'row'), ('y', 'nhwc')),
         targets=('cpu',),
-        priority=1,
+        priority=2,
         params=(('MR', 6), ('NR', 64), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
@@ -25165,6 +25312,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_packed__f32__x_row__y_row': Instance(
         name='conv2d__cpu_packed__f32__x_row__y_row',
@@ -25173,7 +25321,7 @@ INSTANCES: dict[str, Instance] = {
         dtype='f32',
         layouts=(('x', 'row'), ('w', 'row'), ('bias', 'row'), ('y', 'row')),
         targets=('cpu',),
-        priority=1,
+        priority=2,
         params=(('MR', 6), ('NR', 64), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
@@ -25742,6 +25890,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__cpu_pointwise__f32__x_row__y_row': Instance(
         name='conv2d__cpu_pointwise__f32__x_row__y_row',
@@ -26308,6 +26457,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when=None,
     ),
     'conv2d__generic__f16__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f16__x_nhwc__y_nhwc',
@@ -26509,6 +26659,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f16__x_nhwc__y_row': Instance(
         name='conv2d__generic__f16__x_nhwc__y_row',
@@ -26710,6 +26861,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f16__x_row__y_nhwc': Instance(
         name='conv2d__generic__f16__x_row__y_nhwc',
@@ -26911,6 +27063,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f16__x_row__y_row': Instance(
         name='conv2d__generic__f16__x_row__y_row',
@@ -27112,6 +27265,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f32__x_nhwc__y_nhwc',
@@ -27313,6 +27467,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f32__x_nhwc__y_row': Instance(
         name='conv2d__generic__f32__x_nhwc__y_row',
@@ -27514,6 +27669,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f32__x_row__y_nhwc': Instance(
         name='conv2d__generic__f32__x_row__y_nhwc',
@@ -27715,6 +27871,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f32__x_row__y_row': Instance(
         name='conv2d__generic__f32__x_row__y_row',
@@ -27916,6 +28073,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic__f64__x_nhwc__y_nhwc',
@@ -28117,6 +28275,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f64__x_nhwc__y_row': Instance(
         name='conv2d__generic__f64__x_nhwc__y_row',
@@ -28318,6 +28477,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f64__x_row__y_nhwc': Instance(
         name='conv2d__generic__f64__x_row__y_nhwc',
@@ -28519,6 +28679,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic__f64__x_row__y_row': Instance(
         name='conv2d__generic__f64__x_row__y_row',
@@ -28720,6 +28881,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic_half__f16__x_nhwc__y_nhwc': Instance(
         name='conv2d__generic_half__f16__x_nhwc__y_nhwc',
@@ -28921,6 +29083,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic_half__f16__x_nhwc__y_row': Instance(
         name='conv2d__generic_half__f16__x_nhwc__y_row',
@@ -29122,6 +29285,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic_half__f16__x_row__y_nhwc': Instance(
         name='conv2d__generic_half__f16__x_row__y_nhwc',
@@ -29323,6 +29487,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__generic_half__f16__x_row__y_row': Instance(
         name='conv2d__generic_half__f16__x_row__y_row',
@@ -29524,6 +29689,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__gpu_tiled__f32__x_nhwc__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f32__x_nhwc__y_nhwc',
@@ -29730,6 +29896,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__gpu_tiled__f32__x_nhwc__y_row': Instance(
         name='conv2d__gpu_tiled__f32__x_nhwc__y_row',
@@ -29936,6 +30103,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__gpu_tiled__f32__x_row__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f32__x_row__y_nhwc',
@@ -30142,6 +30310,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__gpu_tiled__f32__x_row__y_row': Instance(
         name='conv2d__gpu_tiled__f32__x_row__y_row',
@@ -30348,6 +30517,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__gpu_tiled__f64__x_nhwc__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f64__x_nhwc__y_nhwc',
@@ -30554,6 +30724,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__gpu_tiled__f64__x_nhwc__y_row': Instance(
         name='conv2d__gpu_tiled__f64__x_nhwc__y_row',
@@ -30760,6 +30931,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__gpu_tiled__f64__x_row__y_nhwc': Instance(
         name='conv2d__gpu_tiled__f64__x_row__y_nhwc',
@@ -30966,6 +31138,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'conv2d__gpu_tiled__f64__x_row__y_row': Instance(
         name='conv2d__gpu_tiled__f64__x_row__y_row',
@@ -31172,6 +31345,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__cpu__f32': Instance(
         name='div__cpu__f32',
@@ -31328,6 +31502,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__cpu__f64': Instance(
         name='div__cpu__f64',
@@ -31484,6 +31659,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__cpu__i32': Instance(
         name='div__cpu__i32',
@@ -31640,6 +31816,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__generic__f16': Instance(
         name='div__generic__f16',
@@ -31793,6 +31970,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__generic__f32': Instance(
         name='div__generic__f32',
@@ -31946,6 +32124,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__generic__f64': Instance(
         name='div__generic__f64',
@@ -32099,6 +32278,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__generic__i32': Instance(
         name='div__generic__i32',
@@ -32252,6 +32432,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__gpu__f32': Instance(
         name='div__gpu__f32',
@@ -32405,6 +32586,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__gpu__f64': Instance(
         name='div__gpu__f64',
@@ -32558,6 +32740,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__gpu__i32': Instance(
         name='div__gpu__i32',
@@ -32711,6 +32894,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'div__half__f16': Instance(
         name='div__half__f16',
@@ -32864,6 +33048,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__cpu__f16': Instance(
         name='embedding__cpu__f16',
@@ -32945,6 +33130,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__cpu__f32': Instance(
         name='embedding__cpu__f32',
@@ -33026,6 +33212,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__cpu__f64': Instance(
         name='embedding__cpu__f64',
@@ -33107,6 +33294,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__cpu__i32': Instance(
         name='embedding__cpu__i32',
@@ -33188,6 +33376,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__generic__f16': Instance(
         name='embedding__generic__f16',
@@ -33269,6 +33458,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__generic__f32': Instance(
         name='embedding__generic__f32',
@@ -33350,6 +33540,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__generic__f64': Instance(
         name='embedding__generic__f64',
@@ -33431,6 +33622,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__generic__i32': Instance(
         name='embedding__generic__i32',
@@ -33512,6 +33704,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__gpu__f16': Instance(
         name='embedding__gpu__f16',
@@ -33593,6 +33786,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__gpu__f32': Instance(
         name='embedding__gpu__f32',
@@ -33674,6 +33868,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__gpu__f64': Instance(
         name='embedding__gpu__f64',
@@ -33755,6 +33950,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'embedding__gpu__i32': Instance(
         name='embedding__gpu__i32',
@@ -33836,6 +34032,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'exp__cpu__f16': Instance(
         name='exp__cpu__f16',
@@ -33897,6 +34094,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'exp__cpu__f32': Instance(
         name='exp__cpu__f32',
@@ -33958,6 +34156,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'exp__cpu__f64': Instance(
         name='exp__cpu__f64',
@@ -34019,6 +34218,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'exp__generic__f16': Instance(
         name='exp__generic__f16',
@@ -34076,6 +34276,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'exp__generic__f32': Instance(
         name='exp__generic__f32',
@@ -34133,6 +34334,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'exp__generic__f64': Instance(
         name='exp__generic__f64',
@@ -34190,6 +34392,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'exp__gpu__f32': Instance(
         name='exp__gpu__f32',
@@ -34247,6 +34450,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'exp__gpu__f64': Instance(
         name='exp__gpu__f64',
@@ -34304,6 +34508,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'exp__half__f16': Instance(
         name='exp__half__f16',
@@ -34361,6 +34566,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gelu__cpu__f16': Instance(
         name='gelu__cpu__f16',
@@ -34430,6 +34636,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gelu__cpu__f32': Instance(
         name='gelu__cpu__f32',
@@ -34499,6 +34706,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gelu__cpu__f64': Instance(
         name='gelu__cpu__f64',
@@ -34568,6 +34776,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gelu__generic__f16': Instance(
         name='gelu__generic__f16',
@@ -34633,6 +34842,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gelu__generic__f32': Instance(
         name='gelu__generic__f32',
@@ -34698,6 +34908,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gelu__generic__f64': Instance(
         name='gelu__generic__f64',
@@ -34763,6 +34974,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gelu__gpu__f32': Instance(
         name='gelu__gpu__f32',
@@ -34828,6 +35040,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gelu__gpu__f64': Instance(
         name='gelu__gpu__f64',
@@ -34893,6 +35106,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gelu__half__f16': Instance(
         name='gelu__half__f16',
@@ -34958,6 +35172,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__cpu_blocked__f32__a_col__b_row': Instance(
         name='gemm__cpu_blocked__f32__a_col__b_row',
@@ -35094,6 +35309,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__cpu_blocked__f32__a_row__b_row': Instance(
         name='gemm__cpu_blocked__f32__a_row__b_row',
@@ -35230,6 +35446,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__cpu_blocked__f64__a_col__b_row': Instance(
         name='gemm__cpu_blocked__f64__a_col__b_row',
@@ -35366,6 +35583,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__cpu_blocked__f64__a_row__b_row': Instance(
         name='gemm__cpu_blocked__f64__a_row__b_row',
@@ -35502,6 +35720,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__cpu_packed64__f64__a_col__b_col': Instance(
         name='gemm__cpu_packed64__f64__a_col__b_col',
@@ -35889,6 +36108,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'gemm__cpu_packed64__f64__a_col__b_row': Instance(
         name='gemm__cpu_packed64__f64__a_col__b_row',
@@ -36276,6 +36496,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'gemm__cpu_packed64__f64__a_row__b_col': Instance(
         name='gemm__cpu_packed64__f64__a_row__b_col',
@@ -36663,6 +36884,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'gemm__cpu_packed64__f64__a_row__b_row': Instance(
         name='gemm__cpu_packed64__f64__a_row__b_row',
@@ -37050,6 +37272,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'gemm__cpu_packed__f32__a_col__b_col': Instance(
         name='gemm__cpu_packed__f32__a_col__b_col',
@@ -37442,6 +37665,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'gemm__cpu_packed__f32__a_col__b_row': Instance(
         name='gemm__cpu_packed__f32__a_col__b_row',
@@ -37834,6 +38058,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'gemm__cpu_packed__f32__a_row__b_col': Instance(
         name='gemm__cpu_packed__f32__a_row__b_col',
@@ -38226,6 +38451,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'gemm__cpu_packed__f32__a_row__b_row': Instance(
         name='gemm__cpu_packed__f32__a_row__b_row',
@@ -38618,6 +38844,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'gemm__generic__f16__a_col__b_col': Instance(
         name='gemm__generic__f16__a_col__b_col',
@@ -38739,6 +38966,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f16__a_col__b_row': Instance(
         name='gemm__generic__f16__a_col__b_row',
@@ -38860,6 +39088,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f16__a_row__b_col': Instance(
         name='gemm__generic__f16__a_row__b_col',
@@ -38981,6 +39210,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f16__a_row__b_row': Instance(
         name='gemm__generic__f16__a_row__b_row',
@@ -39102,6 +39332,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f32__a_col__b_col': Instance(
         name='gemm__generic__f32__a_col__b_col',
@@ -39223,6 +39454,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f32__a_col__b_row': Instance(
         name='gemm__generic__f32__a_col__b_row',
@@ -39344,6 +39576,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f32__a_row__b_col': Instance(
         name='gemm__generic__f32__a_row__b_col',
@@ -39465,6 +39698,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f32__a_row__b_row': Instance(
         name='gemm__generic__f32__a_row__b_row',
@@ -39586,6 +39820,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f64__a_col__b_col': Instance(
         name='gemm__generic__f64__a_col__b_col',
@@ -39707,6 +39942,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f64__a_col__b_row': Instance(
         name='gemm__generic__f64__a_col__b_row',
@@ -39828,6 +40064,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f64__a_row__b_col': Instance(
         name='gemm__generic__f64__a_row__b_col',
@@ -39949,6 +40186,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic__f64__a_row__b_row': Instance(
         name='gemm__generic__f64__a_row__b_row',
@@ -40070,6 +40308,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic_half__f16__a_col__b_col': Instance(
         name='gemm__generic_half__f16__a_col__b_col',
@@ -40191,6 +40430,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic_half__f16__a_col__b_row': Instance(
         name='gemm__generic_half__f16__a_col__b_row',
@@ -40312,6 +40552,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic_half__f16__a_row__b_col': Instance(
         name='gemm__generic_half__f16__a_row__b_col',
@@ -40433,6 +40674,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__generic_half__f16__a_row__b_row': Instance(
         name='gemm__generic_half__f16__a_row__b_row',
@@ -40554,6 +40796,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f16__a_col__b_col': Instance(
         name='gemm__gpu_tiled__f16__a_col__b_col',
@@ -40680,6 +40923,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f16__a_col__b_row': Instance(
         name='gemm__gpu_tiled__f16__a_col__b_row',
@@ -40806,6 +41050,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f16__a_row__b_col': Instance(
         name='gemm__gpu_tiled__f16__a_row__b_col',
@@ -40932,6 +41177,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f16__a_row__b_row': Instance(
         name='gemm__gpu_tiled__f16__a_row__b_row',
@@ -41058,6 +41304,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f32__a_col__b_col': Instance(
         name='gemm__gpu_tiled__f32__a_col__b_col',
@@ -41184,6 +41431,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f32__a_col__b_row': Instance(
         name='gemm__gpu_tiled__f32__a_col__b_row',
@@ -41310,6 +41558,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f32__a_row__b_col': Instance(
         name='gemm__gpu_tiled__f32__a_row__b_col',
@@ -41436,6 +41685,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f32__a_row__b_row': Instance(
         name='gemm__gpu_tiled__f32__a_row__b_row',
@@ -41562,6 +41812,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f64__a_col__b_col': Instance(
         name='gemm__gpu_tiled__f64__a_col__b_col',
@@ -41688,6 +41939,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f64__a_col__b_row': Instance(
         name='gemm__gpu_tiled__f64__a_col__b_row',
@@ -41814,6 +42066,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f64__a_row__b_col': Instance(
         name='gemm__gpu_tiled__f64__a_row__b_col',
@@ -41940,6 +42193,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'gemm__gpu_tiled__f64__a_row__b_row': Instance(
         name='gemm__gpu_tiled__f64__a_row__b_row',
@@ -42066,6 +42320,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'layer_norm__cpu__f32': Instance(
         name='layer_norm__cpu__f32',
@@ -42155,6 +42410,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'layer_norm__cpu__f64': Instance(
         name='layer_norm__cpu__f64',
@@ -42244,6 +42500,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'layer_norm__generic__f16': Instance(
         name='layer_norm__generic__f16',
@@ -42333,6 +42590,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'layer_norm__generic__f32': Instance(
         name='layer_norm__generic__f32',
@@ -42422,6 +42680,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'layer_norm__generic__f64': Instance(
         name='layer_norm__generic__f64',
@@ -42511,6 +42770,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'layer_norm__generic_fp16__f16': Instance(
         name='layer_norm__generic_fp16__f16',
@@ -42600,6 +42860,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'layer_norm__gpu_workgroup__f32': Instance(
         name='layer_norm__gpu_workgroup__f32',
@@ -42689,6 +42950,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'layer_norm__gpu_workgroup__f64': Instance(
         name='layer_norm__gpu_workgroup__f64',
@@ -42778,6 +43040,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'leaky_relu__cpu__f32': Instance(
         name='leaky_relu__cpu__f32',
@@ -42847,6 +43110,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'leaky_relu__cpu__f64': Instance(
         name='leaky_relu__cpu__f64',
@@ -42916,6 +43180,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'leaky_relu__generic__f16': Instance(
         name='leaky_relu__generic__f16',
@@ -42981,6 +43246,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'leaky_relu__generic__f32': Instance(
         name='leaky_relu__generic__f32',
@@ -43046,6 +43312,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'leaky_relu__generic__f64': Instance(
         name='leaky_relu__generic__f64',
@@ -43111,6 +43378,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'leaky_relu__gpu__f32': Instance(
         name='leaky_relu__gpu__f32',
@@ -43176,6 +43444,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'leaky_relu__gpu__f64': Instance(
         name='leaky_relu__gpu__f64',
@@ -43241,6 +43510,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'leaky_relu__half__f16': Instance(
         name='leaky_relu__half__f16',
@@ -43306,6 +43576,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log__cpu__f32': Instance(
         name='log__cpu__f32',
@@ -43367,6 +43638,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log__cpu__f64': Instance(
         name='log__cpu__f64',
@@ -43428,6 +43700,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log__generic__f16': Instance(
         name='log__generic__f16',
@@ -43485,6 +43758,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log__generic__f32': Instance(
         name='log__generic__f32',
@@ -43542,6 +43816,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log__generic__f64': Instance(
         name='log__generic__f64',
@@ -43599,6 +43874,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log__gpu__f32': Instance(
         name='log__gpu__f32',
@@ -43656,6 +43932,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log__gpu__f64': Instance(
         name='log__gpu__f64',
@@ -43713,6 +43990,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log__half__f16': Instance(
         name='log__half__f16',
@@ -43770,6 +44048,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__cpu__f32': Instance(
         name='log_softmax__cpu__f32',
@@ -43843,6 +44122,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__cpu__f64': Instance(
         name='log_softmax__cpu__f64',
@@ -43916,6 +44196,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__cpu_vec8__f32': Instance(
         name='log_softmax__cpu_vec8__f32',
@@ -43989,6 +44270,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__cpu_vec8__f64': Instance(
         name='log_softmax__cpu_vec8__f64',
@@ -44062,6 +44344,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__generic__f16': Instance(
         name='log_softmax__generic__f16',
@@ -44135,6 +44418,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__generic__f32': Instance(
         name='log_softmax__generic__f32',
@@ -44208,6 +44492,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__generic__f64': Instance(
         name='log_softmax__generic__f64',
@@ -44281,6 +44566,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__generic_fp16__f16': Instance(
         name='log_softmax__generic_fp16__f16',
@@ -44354,6 +44640,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__gpu_workgroup__f32': Instance(
         name='log_softmax__gpu_workgroup__f32',
@@ -44427,6 +44714,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__gpu_workgroup__f64': Instance(
         name='log_softmax__gpu_workgroup__f64',
@@ -44500,6 +44788,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__subgroup__f32': Instance(
         name='log_softmax__subgroup__f32',
@@ -44573,6 +44862,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__subgroup__f64': Instance(
         name='log_softmax__subgroup__f64',
@@ -44646,6 +44936,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__subgroup_intel__f32': Instance(
         name='log_softmax__subgroup_intel__f32',
@@ -44719,6 +45010,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'log_softmax__subgroup_intel__f64': Instance(
         name='log_softmax__subgroup_intel__f64',
@@ -44792,6 +45084,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__cpu_blocked__f32__a_col__b_row': Instance(
         name='matmul__cpu_blocked__f32__a_col__b_row',
@@ -44912,6 +45205,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__cpu_blocked__f32__a_row__b_row': Instance(
         name='matmul__cpu_blocked__f32__a_row__b_row',
@@ -45032,6 +45326,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__cpu_blocked__f64__a_col__b_row': Instance(
         name='matmul__cpu_blocked__f64__a_col__b_row',
@@ -45152,6 +45447,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__cpu_blocked__f64__a_row__b_row': Instance(
         name='matmul__cpu_blocked__f64__a_row__b_row',
@@ -45272,6 +45568,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__cpu_packed64__f64__a_col__b_col': Instance(
         name='matmul__cpu_packed64__f64__a_col__b_col',
@@ -45643,6 +45940,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'matmul__cpu_packed64__f64__a_col__b_row': Instance(
         name='matmul__cpu_packed64__f64__a_col__b_row',
@@ -46014,6 +46312,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'matmul__cpu_packed64__f64__a_row__b_col': Instance(
         name='matmul__cpu_packed64__f64__a_row__b_col',
@@ -46385,6 +46684,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'matmul__cpu_packed64__f64__a_row__b_row': Instance(
         name='matmul__cpu_packed64__f64__a_row__b_row',
@@ -46756,6 +47056,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'matmul__cpu_packed__f32__a_col__b_col': Instance(
         name='matmul__cpu_packed__f32__a_col__b_col',
@@ -47132,6 +47433,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'matmul__cpu_packed__f32__a_col__b_row': Instance(
         name='matmul__cpu_packed__f32__a_col__b_row',
@@ -47508,6 +47810,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'matmul__cpu_packed__f32__a_row__b_col': Instance(
         name='matmul__cpu_packed__f32__a_row__b_col',
@@ -47884,6 +48187,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'matmul__cpu_packed__f32__a_row__b_row': Instance(
         name='matmul__cpu_packed__f32__a_row__b_row',
@@ -48260,6 +48564,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
+        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
     ),
     'matmul__generic__f16__a_col__b_col': Instance(
         name='matmul__generic__f16__a_col__b_col',
@@ -48365,6 +48670,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f16__a_col__b_row': Instance(
         name='matmul__generic__f16__a_col__b_row',
@@ -48470,6 +48776,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f16__a_row__b_col': Instance(
         name='matmul__generic__f16__a_row__b_col',
@@ -48575,6 +48882,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f16__a_row__b_row': Instance(
         name='matmul__generic__f16__a_row__b_row',
@@ -48680,6 +48988,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f32__a_col__b_col': Instance(
         name='matmul__generic__f32__a_col__b_col',
@@ -48785,6 +49094,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f32__a_col__b_row': Instance(
         name='matmul__generic__f32__a_col__b_row',
@@ -48890,6 +49200,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f32__a_row__b_col': Instance(
         name='matmul__generic__f32__a_row__b_col',
@@ -48995,6 +49306,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f32__a_row__b_row': Instance(
         name='matmul__generic__f32__a_row__b_row',
@@ -49100,6 +49412,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f64__a_col__b_col': Instance(
         name='matmul__generic__f64__a_col__b_col',
@@ -49205,6 +49518,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f64__a_col__b_row': Instance(
         name='matmul__generic__f64__a_col__b_row',
@@ -49310,6 +49624,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f64__a_row__b_col': Instance(
         name='matmul__generic__f64__a_row__b_col',
@@ -49415,6 +49730,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic__f64__a_row__b_row': Instance(
         name='matmul__generic__f64__a_row__b_row',
@@ -49520,6 +49836,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic_half__f16__a_col__b_col': Instance(
         name='matmul__generic_half__f16__a_col__b_col',
@@ -49625,6 +49942,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic_half__f16__a_col__b_row': Instance(
         name='matmul__generic_half__f16__a_col__b_row',
@@ -49730,6 +50048,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic_half__f16__a_row__b_col': Instance(
         name='matmul__generic_half__f16__a_row__b_col',
@@ -49835,6 +50154,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__generic_half__f16__a_row__b_row': Instance(
         name='matmul__generic_half__f16__a_row__b_row',
@@ -49940,6 +50260,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f16__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f16__a_col__b_col',
@@ -50050,6 +50371,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f16__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f16__a_col__b_row',
@@ -50160,6 +50482,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f16__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f16__a_row__b_col',
@@ -50270,6 +50593,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f16__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f16__a_row__b_row',
@@ -50380,6 +50704,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f32__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f32__a_col__b_col',
@@ -50490,6 +50815,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f32__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f32__a_col__b_row',
@@ -50600,6 +50926,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f32__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f32__a_row__b_col',
@@ -50710,6 +51037,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f32__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f32__a_row__b_row',
@@ -50820,6 +51148,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f64__a_col__b_col': Instance(
         name='matmul__gpu_tiled__f64__a_col__b_col',
@@ -50930,6 +51259,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f64__a_col__b_row': Instance(
         name='matmul__gpu_tiled__f64__a_col__b_row',
@@ -51040,6 +51370,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f64__a_row__b_col': Instance(
         name='matmul__gpu_tiled__f64__a_row__b_col',
@@ -51150,6 +51481,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'matmul__gpu_tiled__f64__a_row__b_row': Instance(
         name='matmul__gpu_tiled__f64__a_row__b_row',
@@ -51260,6 +51592,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='c',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__cpu__f32': Instance(
         name='max__cpu__f32',
@@ -51328,7 +51661,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -51336,6 +51669,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__cpu__f64': Instance(
         name='max__cpu__f64',
@@ -51404,7 +51738,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -51412,6 +51746,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__cpu__i32': Instance(
         name='max__cpu__i32',
@@ -51480,7 +51815,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -51488,6 +51823,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__generic__f16': Instance(
         name='max__generic__f16',
@@ -51561,6 +51897,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__generic__f32': Instance(
         name='max__generic__f32',
@@ -51634,6 +51971,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__generic__f64': Instance(
         name='max__generic__f64',
@@ -51707,6 +52045,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__generic__i32': Instance(
         name='max__generic__i32',
@@ -51780,6 +52119,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__generic_fp16__f16': Instance(
         name='max__generic_fp16__f16',
@@ -51853,6 +52193,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__gpu_workgroup__f32': Instance(
         name='max__gpu_workgroup__f32',
@@ -51926,6 +52267,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__gpu_workgroup__f64': Instance(
         name='max__gpu_workgroup__f64',
@@ -51999,6 +52341,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max__gpu_workgroup__i32': Instance(
         name='max__gpu_workgroup__i32',
@@ -52072,6 +52415,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max_pool2d__cpu__f32': Instance(
         name='max_pool2d__cpu__f32',
@@ -52241,6 +52585,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max_pool2d__cpu__f64': Instance(
         name='max_pool2d__cpu__f64',
@@ -52410,6 +52755,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max_pool2d__generic__f16': Instance(
         name='max_pool2d__generic__f16',
@@ -52579,6 +52925,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max_pool2d__generic__f32': Instance(
         name='max_pool2d__generic__f32',
@@ -52748,6 +53095,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max_pool2d__generic__f64': Instance(
         name='max_pool2d__generic__f64',
@@ -52917,6 +53265,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max_pool2d__gpu__f32': Instance(
         name='max_pool2d__gpu__f32',
@@ -53086,6 +53435,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'max_pool2d__gpu__f64': Instance(
         name='max_pool2d__gpu__f64',
@@ -53255,6 +53605,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__cpu__f32': Instance(
         name='maximum__cpu__f32',
@@ -53411,6 +53762,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__cpu__f64': Instance(
         name='maximum__cpu__f64',
@@ -53567,6 +53919,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__cpu__i32': Instance(
         name='maximum__cpu__i32',
@@ -53723,6 +54076,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__generic__f16': Instance(
         name='maximum__generic__f16',
@@ -53876,6 +54230,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__generic__f32': Instance(
         name='maximum__generic__f32',
@@ -54029,6 +54384,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__generic__f64': Instance(
         name='maximum__generic__f64',
@@ -54182,6 +54538,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__generic__i32': Instance(
         name='maximum__generic__i32',
@@ -54335,6 +54692,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__gpu__f32': Instance(
         name='maximum__gpu__f32',
@@ -54488,6 +54846,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__gpu__f64': Instance(
         name='maximum__gpu__f64',
@@ -54641,6 +55000,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__gpu__i32': Instance(
         name='maximum__gpu__i32',
@@ -54794,6 +55154,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'maximum__half__f16': Instance(
         name='maximum__half__f16',
@@ -54947,6 +55308,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__cpu__f32': Instance(
         name='mean__cpu__f32',
@@ -55015,7 +55377,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -55023,6 +55385,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__cpu__f64': Instance(
         name='mean__cpu__f64',
@@ -55091,7 +55454,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -55099,6 +55462,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__generic__f16': Instance(
         name='mean__generic__f16',
@@ -55172,6 +55536,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__generic__f32': Instance(
         name='mean__generic__f32',
@@ -55245,6 +55610,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__generic__f64': Instance(
         name='mean__generic__f64',
@@ -55318,6 +55684,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__generic_fp16__f16': Instance(
         name='mean__generic_fp16__f16',
@@ -55391,6 +55758,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__gpu_workgroup__f32': Instance(
         name='mean__gpu_workgroup__f32',
@@ -55464,6 +55832,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__gpu_workgroup__f64': Instance(
         name='mean__gpu_workgroup__f64',
@@ -55537,6 +55906,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__subgroup__f32': Instance(
         name='mean__subgroup__f32',
@@ -55610,6 +55980,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__subgroup__f64': Instance(
         name='mean__subgroup__f64',
@@ -55683,6 +56054,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__subgroup_intel__f32': Instance(
         name='mean__subgroup_intel__f32',
@@ -55756,6 +56128,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mean__subgroup_intel__f64': Instance(
         name='mean__subgroup_intel__f64',
@@ -55829,6 +56202,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__cpu__f32': Instance(
         name='min__cpu__f32',
@@ -55897,7 +56271,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -55905,6 +56279,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__cpu__f64': Instance(
         name='min__cpu__f64',
@@ -55973,7 +56348,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -55981,6 +56356,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__cpu__i32': Instance(
         name='min__cpu__i32',
@@ -56049,7 +56425,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -56057,6 +56433,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__generic__f16': Instance(
         name='min__generic__f16',
@@ -56130,6 +56507,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__generic__f32': Instance(
         name='min__generic__f32',
@@ -56203,6 +56581,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__generic__f64': Instance(
         name='min__generic__f64',
@@ -56276,6 +56655,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__generic__i32': Instance(
         name='min__generic__i32',
@@ -56349,6 +56729,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__generic_fp16__f16': Instance(
         name='min__generic_fp16__f16',
@@ -56422,6 +56803,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__gpu_workgroup__f32': Instance(
         name='min__gpu_workgroup__f32',
@@ -56495,6 +56877,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__gpu_workgroup__f64': Instance(
         name='min__gpu_workgroup__f64',
@@ -56568,6 +56951,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'min__gpu_workgroup__i32': Instance(
         name='min__gpu_workgroup__i32',
@@ -56641,6 +57025,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__cpu__f32': Instance(
         name='minimum__cpu__f32',
@@ -56797,6 +57182,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__cpu__f64': Instance(
         name='minimum__cpu__f64',
@@ -56953,6 +57339,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__cpu__i32': Instance(
         name='minimum__cpu__i32',
@@ -57109,6 +57496,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__generic__f16': Instance(
         name='minimum__generic__f16',
@@ -57262,6 +57650,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__generic__f32': Instance(
         name='minimum__generic__f32',
@@ -57415,6 +57804,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__generic__f64': Instance(
         name='minimum__generic__f64',
@@ -57568,6 +57958,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__generic__i32': Instance(
         name='minimum__generic__i32',
@@ -57721,6 +58112,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__gpu__f32': Instance(
         name='minimum__gpu__f32',
@@ -57874,6 +58266,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__gpu__f64': Instance(
         name='minimum__gpu__f64',
@@ -58027,6 +58420,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__gpu__i32': Instance(
         name='minimum__gpu__i32',
@@ -58180,6 +58574,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'minimum__half__f16': Instance(
         name='minimum__half__f16',
@@ -58333,6 +58728,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__cpu__f32': Instance(
         name='mul__cpu__f32',
@@ -58489,6 +58885,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__cpu__f64': Instance(
         name='mul__cpu__f64',
@@ -58645,6 +59042,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__cpu__i32': Instance(
         name='mul__cpu__i32',
@@ -58801,6 +59199,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__generic__f16': Instance(
         name='mul__generic__f16',
@@ -58954,6 +59353,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__generic__f32': Instance(
         name='mul__generic__f32',
@@ -59107,6 +59507,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__generic__f64': Instance(
         name='mul__generic__f64',
@@ -59260,6 +59661,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__generic__i32': Instance(
         name='mul__generic__i32',
@@ -59413,6 +59815,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__gpu__f32': Instance(
         name='mul__gpu__f32',
@@ -59566,6 +59969,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__gpu__f64': Instance(
         name='mul__gpu__f64',
@@ -59719,6 +60123,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__gpu__i32': Instance(
         name='mul__gpu__i32',
@@ -59872,6 +60277,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'mul__half__f16': Instance(
         name='mul__half__f16',
@@ -60025,6 +60431,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__cpu__f32': Instance(
         name='neg__cpu__f32',
@@ -60086,6 +60493,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__cpu__f64': Instance(
         name='neg__cpu__f64',
@@ -60147,6 +60555,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__cpu__i32': Instance(
         name='neg__cpu__i32',
@@ -60208,6 +60617,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__generic__f16': Instance(
         name='neg__generic__f16',
@@ -60265,6 +60675,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__generic__f32': Instance(
         name='neg__generic__f32',
@@ -60322,6 +60733,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__generic__f64': Instance(
         name='neg__generic__f64',
@@ -60379,6 +60791,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__generic__i32': Instance(
         name='neg__generic__i32',
@@ -60436,6 +60849,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__gpu__f32': Instance(
         name='neg__gpu__f32',
@@ -60493,6 +60907,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__gpu__f64': Instance(
         name='neg__gpu__f64',
@@ -60550,6 +60965,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__gpu__i32': Instance(
         name='neg__gpu__i32',
@@ -60607,6 +61023,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'neg__half__f16': Instance(
         name='neg__half__f16',
@@ -60664,6 +61081,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__cpu__f16': Instance(
         name='permute__cpu__f16',
@@ -60807,12 +61225,19 @@ INSTANCES: dict[str, Instance] = {
             ('TB', (8, 16, 32, 64)),
             ('TC', (64, 128, 256, 1024, 4096)),
         ),
-        device_params=(),
+        device_params=(
+            ('TB', 'max(8, min(32, 512 / dtype_bits))'),
+            (
+                'TC',
+                'max(TB, min(4096, pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (TB * dtype_bits / 8) / TB * TB))',
+            ),
+        ),
         constraints=('TC % TB == 0',),
         build_options='',
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__cpu__f32': Instance(
         name='permute__cpu__f32',
@@ -60956,12 +61381,19 @@ INSTANCES: dict[str, Instance] = {
             ('TB', (8, 16, 32, 64)),
             ('TC', (64, 128, 256, 1024, 4096)),
         ),
-        device_params=(),
+        device_params=(
+            ('TB', 'max(8, min(32, 512 / dtype_bits))'),
+            (
+                'TC',
+                'max(TB, min(4096, pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (TB * dtype_bits / 8) / TB * TB))',
+            ),
+        ),
         constraints=('TC % TB == 0',),
         build_options='',
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__cpu__f64': Instance(
         name='permute__cpu__f64',
@@ -61105,12 +61537,19 @@ INSTANCES: dict[str, Instance] = {
             ('TB', (8, 16, 32, 64)),
             ('TC', (64, 128, 256, 1024, 4096)),
         ),
-        device_params=(),
+        device_params=(
+            ('TB', 'max(8, min(32, 512 / dtype_bits))'),
+            (
+                'TC',
+                'max(TB, min(4096, pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (TB * dtype_bits / 8) / TB * TB))',
+            ),
+        ),
         constraints=('TC % TB == 0',),
         build_options='',
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__cpu__i32': Instance(
         name='permute__cpu__i32',
@@ -61254,12 +61693,19 @@ INSTANCES: dict[str, Instance] = {
             ('TB', (8, 16, 32, 64)),
             ('TC', (64, 128, 256, 1024, 4096)),
         ),
-        device_params=(),
+        device_params=(
+            ('TB', 'max(8, min(32, 512 / dtype_bits))'),
+            (
+                'TC',
+                'max(TB, min(4096, pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (TB * dtype_bits / 8) / TB * TB))',
+            ),
+        ),
         constraints=('TC % TB == 0',),
         build_options='',
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__generic__f16': Instance(
         name='permute__generic__f16',
@@ -61405,6 +61851,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__generic__f32': Instance(
         name='permute__generic__f32',
@@ -61550,6 +61997,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__generic__f64': Instance(
         name='permute__generic__f64',
@@ -61695,6 +62143,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__generic__i32': Instance(
         name='permute__generic__i32',
@@ -61840,6 +62289,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__gpu_tiled__f16': Instance(
         name='permute__gpu_tiled__f16',
@@ -61990,6 +62440,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__gpu_tiled__f32': Instance(
         name='permute__gpu_tiled__f32',
@@ -62140,6 +62591,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__gpu_tiled__f64': Instance(
         name='permute__gpu_tiled__f64',
@@ -62290,6 +62742,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'permute__gpu_tiled__i32': Instance(
         name='permute__gpu_tiled__i32',
@@ -62440,6 +62893,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__cpu__f32': Instance(
         name='pow__cpu__f32',
@@ -62596,6 +63050,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__cpu__f64': Instance(
         name='pow__cpu__f64',
@@ -62752,6 +63207,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__cpu__i32': Instance(
         name='pow__cpu__i32',
@@ -62908,6 +63364,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__generic__f16': Instance(
         name='pow__generic__f16',
@@ -63061,6 +63518,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__generic__f32': Instance(
         name='pow__generic__f32',
@@ -63214,6 +63672,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__generic__f64': Instance(
         name='pow__generic__f64',
@@ -63367,6 +63826,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__generic__i32': Instance(
         name='pow__generic__i32',
@@ -63520,6 +63980,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__gpu__f32': Instance(
         name='pow__gpu__f32',
@@ -63673,6 +64134,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__gpu__f64': Instance(
         name='pow__gpu__f64',
@@ -63826,6 +64288,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__gpu__i32': Instance(
         name='pow__gpu__i32',
@@ -63979,6 +64442,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'pow__half__f16': Instance(
         name='pow__half__f16',
@@ -64132,6 +64596,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__cpu__f32': Instance(
         name='relu__cpu__f32',
@@ -64193,6 +64658,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__cpu__f64': Instance(
         name='relu__cpu__f64',
@@ -64254,6 +64720,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__cpu__i32': Instance(
         name='relu__cpu__i32',
@@ -64315,6 +64782,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__generic__f16': Instance(
         name='relu__generic__f16',
@@ -64372,6 +64840,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__generic__f32': Instance(
         name='relu__generic__f32',
@@ -64429,6 +64898,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__generic__f64': Instance(
         name='relu__generic__f64',
@@ -64486,6 +64956,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__generic__i32': Instance(
         name='relu__generic__i32',
@@ -64543,6 +65014,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__gpu__f32': Instance(
         name='relu__gpu__f32',
@@ -64600,6 +65072,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__gpu__f64': Instance(
         name='relu__gpu__f64',
@@ -64657,6 +65130,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__gpu__i32': Instance(
         name='relu__gpu__i32',
@@ -64714,6 +65188,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'relu__half__f16': Instance(
         name='relu__half__f16',
@@ -64771,6 +65246,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rms_norm__cpu__f32': Instance(
         name='rms_norm__cpu__f32',
@@ -64852,6 +65328,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rms_norm__cpu__f64': Instance(
         name='rms_norm__cpu__f64',
@@ -64933,6 +65410,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rms_norm__generic__f16': Instance(
         name='rms_norm__generic__f16',
@@ -65014,6 +65492,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rms_norm__generic__f32': Instance(
         name='rms_norm__generic__f32',
@@ -65095,6 +65574,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rms_norm__generic__f64': Instance(
         name='rms_norm__generic__f64',
@@ -65176,6 +65656,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rms_norm__generic_fp16__f16': Instance(
         name='rms_norm__generic_fp16__f16',
@@ -65257,6 +65738,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rms_norm__gpu_workgroup__f32': Instance(
         name='rms_norm__gpu_workgroup__f32',
@@ -65338,6 +65820,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rms_norm__gpu_workgroup__f64': Instance(
         name='rms_norm__gpu_workgroup__f64',
@@ -65419,6 +65902,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue='y',
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rsqrt__cpu__f32': Instance(
         name='rsqrt__cpu__f32',
@@ -65480,6 +65964,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rsqrt__cpu__f64': Instance(
         name='rsqrt__cpu__f64',
@@ -65541,6 +66026,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rsqrt__generic__f16': Instance(
         name='rsqrt__generic__f16',
@@ -65598,6 +66084,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rsqrt__generic__f32': Instance(
         name='rsqrt__generic__f32',
@@ -65655,6 +66142,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rsqrt__generic__f64': Instance(
         name='rsqrt__generic__f64',
@@ -65712,6 +66200,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rsqrt__gpu__f32': Instance(
         name='rsqrt__gpu__f32',
@@ -65769,6 +66258,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rsqrt__gpu__f64': Instance(
         name='rsqrt__gpu__f64',
@@ -65826,6 +66316,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'rsqrt__half__f16': Instance(
         name='rsqrt__half__f16',
@@ -65883,6 +66374,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sigmoid__cpu__f16': Instance(
         name='sigmoid__cpu__f16',
@@ -65944,6 +66436,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sigmoid__cpu__f32': Instance(
         name='sigmoid__cpu__f32',
@@ -66005,6 +66498,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sigmoid__cpu__f64': Instance(
         name='sigmoid__cpu__f64',
@@ -66066,6 +66560,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sigmoid__generic__f16': Instance(
         name='sigmoid__generic__f16',
@@ -66123,6 +66618,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sigmoid__generic__f32': Instance(
         name='sigmoid__generic__f32',
@@ -66180,6 +66676,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sigmoid__generic__f64': Instance(
         name='sigmoid__generic__f64',
@@ -66237,6 +66734,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sigmoid__gpu__f32': Instance(
         name='sigmoid__gpu__f32',
@@ -66294,6 +66792,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sigmoid__gpu__f64': Instance(
         name='sigmoid__gpu__f64',
@@ -66351,6 +66850,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sigmoid__half__f16': Instance(
         name='sigmoid__half__f16',
@@ -66408,6 +66908,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'silu__cpu__f16': Instance(
         name='silu__cpu__f16',
@@ -66469,6 +66970,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'silu__cpu__f32': Instance(
         name='silu__cpu__f32',
@@ -66530,6 +67032,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'silu__cpu__f64': Instance(
         name='silu__cpu__f64',
@@ -66591,6 +67094,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'silu__generic__f16': Instance(
         name='silu__generic__f16',
@@ -66648,6 +67152,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'silu__generic__f32': Instance(
         name='silu__generic__f32',
@@ -66705,6 +67210,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'silu__generic__f64': Instance(
         name='silu__generic__f64',
@@ -66762,6 +67268,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'silu__gpu__f32': Instance(
         name='silu__gpu__f32',
@@ -66819,6 +67326,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'silu__gpu__f64': Instance(
         name='silu__gpu__f64',
@@ -66876,6 +67384,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'silu__half__f16': Instance(
         name='silu__half__f16',
@@ -66933,6 +67442,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__cpu__f32': Instance(
         name='softmax__cpu__f32',
@@ -67006,6 +67516,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__cpu__f64': Instance(
         name='softmax__cpu__f64',
@@ -67079,6 +67590,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__cpu_vec8__f32': Instance(
         name='softmax__cpu_vec8__f32',
@@ -67152,6 +67664,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__cpu_vec8__f64': Instance(
         name='softmax__cpu_vec8__f64',
@@ -67225,6 +67738,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__generic__f16': Instance(
         name='softmax__generic__f16',
@@ -67298,6 +67812,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__generic__f32': Instance(
         name='softmax__generic__f32',
@@ -67371,6 +67886,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__generic__f64': Instance(
         name='softmax__generic__f64',
@@ -67444,6 +67960,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__generic_fp16__f16': Instance(
         name='softmax__generic_fp16__f16',
@@ -67517,6 +68034,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__gpu_workgroup__f32': Instance(
         name='softmax__gpu_workgroup__f32',
@@ -67590,6 +68108,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__gpu_workgroup__f64': Instance(
         name='softmax__gpu_workgroup__f64',
@@ -67663,6 +68182,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__subgroup__f32': Instance(
         name='softmax__subgroup__f32',
@@ -67736,6 +68256,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__subgroup__f64': Instance(
         name='softmax__subgroup__f64',
@@ -67809,6 +68330,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__subgroup_intel__f32': Instance(
         name='softmax__subgroup_intel__f32',
@@ -67882,6 +68404,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'softmax__subgroup_intel__f64': Instance(
         name='softmax__subgroup_intel__f64',
@@ -67955,6 +68478,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sqrt__cpu__f32': Instance(
         name='sqrt__cpu__f32',
@@ -68016,6 +68540,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sqrt__cpu__f64': Instance(
         name='sqrt__cpu__f64',
@@ -68077,6 +68602,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sqrt__generic__f16': Instance(
         name='sqrt__generic__f16',
@@ -68134,6 +68660,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sqrt__generic__f32': Instance(
         name='sqrt__generic__f32',
@@ -68191,6 +68718,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sqrt__generic__f64': Instance(
         name='sqrt__generic__f64',
@@ -68248,6 +68776,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sqrt__gpu__f32': Instance(
         name='sqrt__gpu__f32',
@@ -68305,6 +68834,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sqrt__gpu__f64': Instance(
         name='sqrt__gpu__f64',
@@ -68362,6 +68892,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sqrt__half__f16': Instance(
         name='sqrt__half__f16',
@@ -68419,6 +68950,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__cpu__f32': Instance(
         name='sub__cpu__f32',
@@ -68575,6 +69107,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__cpu__f64': Instance(
         name='sub__cpu__f64',
@@ -68731,6 +69264,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__cpu__i32': Instance(
         name='sub__cpu__i32',
@@ -68887,6 +69421,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__generic__f16': Instance(
         name='sub__generic__f16',
@@ -69040,6 +69575,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__generic__f32': Instance(
         name='sub__generic__f32',
@@ -69193,6 +69729,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__generic__f64': Instance(
         name='sub__generic__f64',
@@ -69346,6 +69883,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__generic__i32': Instance(
         name='sub__generic__i32',
@@ -69499,6 +70037,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__gpu__f32': Instance(
         name='sub__gpu__f32',
@@ -69652,6 +70191,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__gpu__f64': Instance(
         name='sub__gpu__f64',
@@ -69805,6 +70345,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__gpu__i32': Instance(
         name='sub__gpu__i32',
@@ -69958,6 +70499,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sub__half__f16': Instance(
         name='sub__half__f16',
@@ -70111,6 +70653,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__cpu__f32': Instance(
         name='sum__cpu__f32',
@@ -70179,7 +70722,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -70187,6 +70730,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__cpu__f64': Instance(
         name='sum__cpu__f64',
@@ -70255,7 +70799,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -70263,6 +70807,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__cpu__i32': Instance(
         name='sum__cpu__i32',
@@ -70331,7 +70876,7 @@ INSTANCES: dict[str, Instance] = {
         templates_sha='827adb9539a9e0b2141d25b95ce49714da2df226183c23fca3d43c21c6904843',
         tunables=(('IB', (8, 16, 32, 64)), ('LANES', (8, 16, 32, 64))),
         device_params=(
-            ('IB', 'max(8, 2 * vector_bits / dtype_bits)'),
+            ('IB', 'max(8, 4 * vector_bits / dtype_bits)'),
             ('LANES', 'max(8, 2 * vector_bits / dtype_bits)'),
         ),
         constraints=('LANES % 8 == 0', 'IB % 8 == 0'),
@@ -70339,6 +70884,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__generic__f16': Instance(
         name='sum__generic__f16',
@@ -70412,6 +70958,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__generic__f32': Instance(
         name='sum__generic__f32',
@@ -70485,6 +71032,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__generic__f64': Instance(
         name='sum__generic__f64',
@@ -70558,6 +71106,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__generic__i32': Instance(
         name='sum__generic__i32',
@@ -70631,6 +71180,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__generic_fp16__f16': Instance(
         name='sum__generic_fp16__f16',
@@ -70704,6 +71254,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__gpu_workgroup__f32': Instance(
         name='sum__gpu_workgroup__f32',
@@ -70777,6 +71328,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__gpu_workgroup__f64': Instance(
         name='sum__gpu_workgroup__f64',
@@ -70850,6 +71402,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__gpu_workgroup__i32': Instance(
         name='sum__gpu_workgroup__i32',
@@ -70923,6 +71476,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__subgroup__f32': Instance(
         name='sum__subgroup__f32',
@@ -70996,6 +71550,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__subgroup__f64': Instance(
         name='sum__subgroup__f64',
@@ -71069,6 +71624,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__subgroup__i32': Instance(
         name='sum__subgroup__i32',
@@ -71142,6 +71698,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__subgroup_intel__f32': Instance(
         name='sum__subgroup_intel__f32',
@@ -71215,6 +71772,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__subgroup_intel__f64': Instance(
         name='sum__subgroup_intel__f64',
@@ -71288,6 +71846,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'sum__subgroup_intel__i32': Instance(
         name='sum__subgroup_intel__i32',
@@ -71361,6 +71920,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__cpu__f16': Instance(
         name='take_along_axis__cpu__f16',
@@ -71450,6 +72010,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__cpu__f32': Instance(
         name='take_along_axis__cpu__f32',
@@ -71539,6 +72100,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__cpu__f64': Instance(
         name='take_along_axis__cpu__f64',
@@ -71628,6 +72190,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__cpu__i32': Instance(
         name='take_along_axis__cpu__i32',
@@ -71717,6 +72280,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__generic__f16': Instance(
         name='take_along_axis__generic__f16',
@@ -71806,6 +72370,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__generic__f32': Instance(
         name='take_along_axis__generic__f32',
@@ -71895,6 +72460,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__generic__f64': Instance(
         name='take_along_axis__generic__f64',
@@ -71984,6 +72550,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__generic__i32': Instance(
         name='take_along_axis__generic__i32',
@@ -72073,6 +72640,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__gpu__f16': Instance(
         name='take_along_axis__gpu__f16',
@@ -72162,6 +72730,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__gpu__f32': Instance(
         name='take_along_axis__gpu__f32',
@@ -72251,6 +72820,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__gpu__f64': Instance(
         name='take_along_axis__gpu__f64',
@@ -72340,6 +72910,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'take_along_axis__gpu__i32': Instance(
         name='take_along_axis__gpu__i32',
@@ -72429,6 +73000,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'tanh__cpu__f16': Instance(
         name='tanh__cpu__f16',
@@ -72490,6 +73062,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'tanh__cpu__f32': Instance(
         name='tanh__cpu__f32',
@@ -72551,6 +73124,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'tanh__cpu__f64': Instance(
         name='tanh__cpu__f64',
@@ -72612,6 +73186,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'tanh__generic__f16': Instance(
         name='tanh__generic__f16',
@@ -72669,6 +73244,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'tanh__generic__f32': Instance(
         name='tanh__generic__f32',
@@ -72726,6 +73302,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'tanh__generic__f64': Instance(
         name='tanh__generic__f64',
@@ -72783,6 +73360,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'tanh__gpu__f32': Instance(
         name='tanh__gpu__f32',
@@ -72840,6 +73418,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'tanh__gpu__f64': Instance(
         name='tanh__gpu__f64',
@@ -72897,6 +73476,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'tanh__half__f16': Instance(
         name='tanh__half__f16',
@@ -72954,6 +73534,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__cpu__f32': Instance(
         name='where__cpu__f32',
@@ -73147,6 +73728,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__cpu__f64': Instance(
         name='where__cpu__f64',
@@ -73340,6 +73922,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__cpu__i32': Instance(
         name='where__cpu__i32',
@@ -73533,6 +74116,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__generic__f16': Instance(
         name='where__generic__f16',
@@ -73726,6 +74310,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__generic__f32': Instance(
         name='where__generic__f32',
@@ -73919,6 +74504,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__generic__f64': Instance(
         name='where__generic__f64',
@@ -74112,6 +74698,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__generic__i32': Instance(
         name='where__generic__i32',
@@ -74305,6 +74892,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__gpu__f32': Instance(
         name='where__gpu__f32',
@@ -74498,6 +75086,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__gpu__f64': Instance(
         name='where__gpu__f64',
@@ -74691,6 +75280,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__gpu__i32': Instance(
         name='where__gpu__i32',
@@ -74884,6 +75474,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'where__half__f16': Instance(
         name='where__half__f16',
@@ -75077,5 +75668,6 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
 }

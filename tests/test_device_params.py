@@ -218,7 +218,7 @@ def test_small_gpus_get_smaller_tiles() -> None:
 def _computed_sets() -> list[tuple[str, tuple[tuple[str, int], ...]]]:
     """Each distinct computed set of the synthetic CPUs, for the ops whose defaults changed."""
     out: dict[tuple[str, tuple[tuple[str, int], ...]], None] = {}
-    ops = {"matmul", "gemm", "conv2d", "attention", "sum", "argmax"}
+    ops = {"matmul", "gemm", "conv2d", "attention", "sum", "mean", "max", "argmax", "permute"}
     for inst in sorted(REG.instances.values(), key=lambda i: i.name):
         if inst.op not in ops or not inst.device_params or "cpu" not in inst.targets:
             continue
@@ -283,3 +283,99 @@ def test_tune_check_reports_entries_that_break_a_constraint_on_their_device() ->
         assert bool(found) is stale, found
         if stale:
             assert "no longer fit its device: constraint '(MR + 1)" in found[0][2]
+
+
+# --- the analytic crossover between variants (prefer_when) ---------------------------------
+
+
+def _select(profile: DeviceProfile, op: str, dims: dict[str, int], dtype: str = "f32"):
+    from clforge.call.selection import select
+
+    return select(REG, profile, op, dtype, {}, {"BATCH": 1, "BA": 1, "BB": 1, **dims})
+
+
+@pytest.mark.parametrize("op", ["matmul", "gemm"])
+def test_the_packed_routine_is_preferred_only_where_packing_pays_off(op: str) -> None:
+    """Where nothing measured the crossover, packing a and b (8 (MK + KN) bytes against
+    2 MNK flops) is chosen once its share of the compute time falls under a quarter:
+    10 L (M + N) <= M N on a core of L lanes. The direct kernel keeps small and skinny calls
+    (64^3, 256^3, a matrix-vector product, 16 rows); the routine takes 1024^3 and 256 x 3072;
+    a device with half the lanes (AVX2) crosses over earlier (384^3 takes the routine there and
+    not on AVX-512); K plays no part; unknown dims count as holding (a symbolic compile keeps
+    the routine); the reason says which way it went and on what."""
+    direct, routine = (
+        f"{op}__cpu_blocked__f32__a_row__b_row",
+        f"{op}__cpu_packed__f32__a_row__b_row",
+    )
+
+    def pick(profile: DeviceProfile, M: int, N: int, K: int = 512) -> str | None:
+        c = _select(profile, op, {"M": M, "N": N, "K": K}).chosen
+        return c.instance if c else None
+
+    for M, N in ((64, 64), (256, 256), (1, 4096), (16, 1000), (128, 768)):
+        assert pick(XEON, M, N) == direct, (M, N)
+    for M, N in ((1024, 1024), (256, 3072), (3000, 3000)):
+        assert pick(XEON, M, N) == routine, (M, N)
+    assert pick(XEON, 384, 384) == routine and pick(XEON, 300, 300) == direct
+    assert pick(ZEN3, 200, 200) == routine  # 8 lanes: 10 * 8 * 400 <= 40000
+    assert pick(XEON, 256, 256, K=1) == pick(XEON, 256, 256, K=8192) == direct
+    sel = _select(XEON, op, {"K": 64})
+    assert sel.chosen is not None and sel.chosen.instance == routine  # M, N unknown
+    reasons = {
+        c.variant: c.reason for c in _select(XEON, op, {"M": 64, "N": 64, "K": 64}).candidates
+    }
+    assert "prefer_when" in reasons["cpu_packed"] and "is false" in reasons["cpu_packed"]
+    assert "M=64, N=64, dtype_bits=32, vector_bits=512" in reasons["cpu_packed"]
+    # a layout only the routine takes still gets it: preference ranks, it never excludes
+    col = _select_layouts(XEON, op, {"M": 8, "N": 8, "K": 8}, {"b": "col"})
+    assert col.chosen is not None and col.chosen.instance == routine.replace("b_row", "b_col")
+    # and a NumPy b stays row-major for the direct kernel, which stands higher there
+    assert col.standing < _select(XEON, op, {"M": 8, "N": 8, "K": 8}).standing
+
+
+def _select_layouts(profile, op, dims, layouts):
+    from clforge.call.selection import select
+
+    return select(REG, profile, op, "f32", layouts, {"BATCH": 1, "BA": 1, "BB": 1, **dims})
+
+
+def test_a_measured_crossover_outranks_the_analytic_one(runtime) -> None:
+    """Where a tuning file of the device timed both variants at the call's bucket, the faster
+    measured one runs whichever way prefer_when goes."""
+    from clforge.call.selection import measured, select
+    from clforge.params.database import bucket_of
+
+    dims = {"BATCH": 1, "BA": 1, "BB": 1, "M": 64, "N": 64, "K": 64}
+    packed = REG.instance("matmul__cpu_packed__f32__a_row__b_row")
+    blocked = REG.instance("matmul__cpu_blocked__f32__a_row__b_row")
+
+    def entry(inst: Instance, us: float) -> Entry:
+        return Entry(inst.name, bucket_of(dims), tuple(sorted(inst.params)), schema_hash(inst),
+                     tuple(sorted(dims.items())), us, us, 1)  # fmt: skip
+
+    timed = TuningFile(Fingerprint.of(XEON)).with_entries([entry(packed, 5.0), entry(blocked, 9.0)])
+    sel = select(REG, XEON, "matmul", "f32", {}, dims)
+    assert sel.chosen is not None and sel.chosen.instance == blocked.name  # analytic
+    again = measured(sel, REG, ParamLookup(XEON, (timed,)), dims)
+    assert again.chosen is not None and again.chosen.instance == packed.name
+    assert again.chosen.measured_us == 5.0
+
+
+def test_reductions_and_transposes_compute_their_blocks_from_the_device() -> None:
+    """A middle-axis reduction's IB is four native vectors (a 256-byte run of each row on
+    AVX-512, 32 floats on AVX2); the transpose's TB is a 64-byte line of elements and its TC
+    fills half of L1 with the two blocks (192 f32 on 48 KiB, 128 on 32 KiB, a multiple of TB)."""
+    ib = {p.vector_isa: dict(ParamLookup(p).choose(REG.instance("sum__cpu__f32"), {}).params)["IB"]
+          for p in SYNTHETIC}  # fmt: skip
+    assert ib == {"avx512": 64, "avx2": 32, "neon": 16}
+    expected = [
+        (XEON, "f32", (16, 192)),
+        (ZEN3, "f32", (16, 128)),
+        (XEON, "f64", (8, 192)),
+        (NEOVERSE, "f16", (32, 256)),
+    ]
+    for profile, dtype, want in expected:
+        c = ParamLookup(profile).choose(REG.instance(f"permute__cpu__{dtype}"), {})
+        got = dict(c.params)
+        assert (got["TB"], got["TC"]) == want, (profile.name, dtype, c.describe())
+        assert c.origin.startswith(COMPUTED) and "l1d_bytes=" in c.origin

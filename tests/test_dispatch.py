@@ -54,7 +54,11 @@ def chosen(
 def test_each_profile_gets_its_variant() -> None:
     dims = {"M": 64, "N": 64, "K": 64}
     assert chosen(NVIDIA, "matmul", dims=dims) == "matmul__gpu_tiled__f32__a_row__b_row"
-    assert chosen(POCL, "matmul", dims=dims) == "matmul__cpu_packed__f32__a_row__b_row"
+    # on a CPU nothing tuned, the analytic crossover (prefer_when) sends 64^3 to the direct
+    # kernel and 1024^3 to the packed routine
+    assert chosen(POCL, "matmul", dims=dims) == "matmul__cpu_blocked__f32__a_row__b_row"
+    big = {"M": 1024, "N": 1024, "K": 1024}
+    assert chosen(POCL, "matmul", dims=big) == "matmul__cpu_packed__f32__a_row__b_row"
     assert chosen(UNKNOWN, "matmul", dims=dims) == "matmul__generic__f32__a_row__b_row"
     assert chosen(NVIDIA, "sum") == "sum__gpu_workgroup__f32"
     assert chosen(POCL, "add") == "add__cpu__f32"
@@ -365,12 +369,18 @@ def test_build_failure_falls_back_to_the_next_candidate(broken_tree: Tree) -> No
 
 
 def test_numpy_inputs_are_copied_into_the_layout_with_the_best_kernel() -> None:
-    a = rng.standard_normal((30, 20)).astype(np.float32)
-    b = np.asfortranarray(rng.standard_normal((20, 10)).astype(np.float32))
+    a = rng.standard_normal((300, 200)).astype(np.float32)
+    b = np.asfortranarray(rng.standard_normal((200, 400)).astype(np.float32))
     d = _pocl_dispatcher()
     host = d.plan_for(d.registry.op("matmul"), {"a": a[None], "b": b[None]}, {})
     # the packed cpu routine takes b in either layout: a Fortran b is not reordered on the way
     assert host.inst.variant == "cpu_packed" and host.inst.layout_of("b") == "col"
+    # where the direct kernel ranks first (a small product, prefer_when false for the
+    # routine), b is copied row-major for it rather than run through the routine
+    small = d.plan_for(
+        d.registry.op("matmul"), {"a": a[None, :30, :20], "b": b[None, :20, :10]}, {}
+    )
+    assert small.inst.variant == "cpu_blocked" and small.inst.layout_of("b") == "row"
     q = d.runtime.queue
     on_device = d.plan_for(
         d.registry.op("matmul"),

@@ -317,7 +317,7 @@ class Dispatcher:
 
     def _rank(
         self, op: OpSig, dtype: str, layouts: Mapping[str, str], env: Mapping[str, int]
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, int]:
         return self.select(op.name, dtype, layouts, env).standing
 
     def cache_info(self) -> dict[str, int]:

@@ -12,12 +12,15 @@ import dataclasses
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
+from clforge.core import expressions
 from clforge.core.targets import Level, Target, parse_target
 from clforge.device.profile import DeviceProfile
 from clforge.errors import DispatchError
 from clforge.params.lookup import ParamLookup, Timings
+from clforge.params.properties import device_properties
 from clforge.registry.loader import Registry
 from clforge.registry.records import Instance, OpSig
 
@@ -43,10 +46,11 @@ class Candidate:
     runtime_guard: str | None = None  # guard that could not be decided without the sizes
     tree: str = ""  # the tree the variant comes from (clforge's, or an extension's)
     measured_us: float | None = None  # the tuner's time at this call's shape bucket, if any
+    preferred: bool = True  # its prefer_when holds at the call's dims (or it has none)
 
     @property
-    def rank(self) -> tuple[int, int]:
-        return (self.level, self.priority)
+    def rank(self) -> tuple[int, int, int]:
+        return (self.level, int(self.preferred), self.priority)
 
 
 @dataclass(frozen=True)
@@ -64,14 +68,14 @@ class Selection:
         return first if first is not None and first.accepted else None
 
     @property
-    def standing(self) -> tuple[int, int]:
+    def standing(self) -> tuple[int, int, int]:
         """How good the chosen candidate is, for comparing selections of other layouts: its rank
         or, where it was measured fastest, the best rank among those it outran (a direct kernel
         that beat the packed routine stands where the routine's priority would); (-1, 0) when
         nothing was chosen."""
         chosen = self.chosen
         if chosen is None:
-            return (-1, 0)
+            return (-1, 0, 0)
         if chosen.measured_us is None:
             return chosen.rank
         return max(c.rank for c in self.candidates if c.accepted and c.measured_us is not None)
@@ -219,14 +223,45 @@ def judge(
                 )
         else:
             runtime_guard = inst.guard
+    preferred, crossover = _preference(inst, profile, dims)
     why = (
         f"matches {best} ({best.level.name.lower().replace('_', ' ')}), priority "
         f"{inst.priority}"
         + (f", guard {runtime_guard!r} checked per call" if runtime_guard else "")
+        + crossover
     )
     return Candidate(
-        inst.variant, inst.name, True, why, int(best.level), inst.priority, runtime_guard
+        inst.variant,
+        inst.name,
+        True,
+        why,
+        int(best.level),
+        inst.priority,
+        runtime_guard,
+        preferred=preferred,
     )
+
+
+def _preference(
+    inst: Instance, profile: DeviceProfile, dims: Mapping[str, int]
+) -> tuple[bool, str]:
+    """Whether `inst`'s analytic crossover (prefer_when) holds at `dims` on `profile`, and
+    what the reason says of it: unknown dims count as holding."""
+    if inst.prefer_when is None:
+        return True, ""
+    expr = _parse_bool(inst.prefer_when)
+    env = {**device_properties(profile, inst.dtype), **dims}
+    if not expr.names <= env.keys():
+        return True, f", prefer_when {inst.prefer_when!r} decided per shape"
+    holds = expr.holds(env)
+    shown = ", ".join(f"{n}={env[n]}" for n in sorted(expr.names))
+    verdict = "holds" if holds else "is false (ranks below the others of its level)"
+    return holds, f", prefer_when {inst.prefer_when!r} {verdict} for {shown}"
+
+
+@cache
+def _parse_bool(text: str) -> expressions.Expr:
+    return expressions.parse(text, "bool")
 
 
 def resolve_layouts(sig: OpSig, layouts: Mapping[str, str]) -> dict[str, str]:

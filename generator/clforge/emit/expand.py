@@ -147,6 +147,7 @@ def expand(loaded: LoadedSpec) -> list[Instance]:
                         constraints=v.constraints,
                         build_options=" ".join(v.build_options),
                         epilogue=v.epilogue,
+                        prefer_when=v.prefer_when,
                     )
                 )
     if diags:

@@ -155,6 +155,9 @@ class Instance:
     # a routine: its kernels in order (all in `source`) and the scratch buffers between them
     steps: tuple[Step, ...] = ()
     scratch: tuple[Scratch, ...] = ()
+    # the analytic crossover (dims and device properties): where nothing measured decides, the
+    # variant ranks below its level's others when this is false at the call's dims
+    prefer_when: str | None = None
 
     @property
     def kernels(self) -> tuple[Step, ...]:

@@ -239,6 +239,14 @@ class VariantSpec(_Model):
     when: StrictStr | None = Field(
         None, description="guard over dims and params, checked for each call"
     )
+    prefer_when: StrictStr | None = Field(
+        None,
+        description="the analytic crossover: a condition over dims and device properties ("
+        + ", ".join(DEVICE_PROPERTIES)
+        + "); where no tuning file measured the crossover at the call's shape, a variant "
+        "whose prefer_when is false ranks below its target level's variants whose holds (or "
+        "that have none); unknown dims count as holding",
+    )
     requires: Requires = Field(
         default_factory=Requires, description="what a device needs to run this variant"
     )

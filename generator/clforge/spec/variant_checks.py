@@ -107,6 +107,15 @@ def check_variant(
     scope = set(spec.dims) | set(v.params) | {n for n, a in spec.attrs.items() if a.type == "int"}
     if v.when is not None:
         check_expr(col, (*key, "when"), v.when, "bool", scope)
+    if v.prefer_when is not None:
+        check_expr(
+            col,
+            (*key, "prefer_when"),
+            v.prefer_when,
+            "bool",
+            set(spec.dims) | set(DEVICE_PROPERTIES),
+            "neither a dim of the op nor a device property",
+        )
     for part in ("global_size", "local_size"):
         for j, e in enumerate(getattr(v.launch, part, None) or ()):
             check_expr(col, (*key, "launch", part, j), str(e), "int", scope)
