@@ -18064,7 +18064,21 @@ INSTANCES: dict[str, Instance] = {
         sha256='fbce22cee41a9e3891087b0d5d47fb98dab2ecd0d647bd5aa61dcb9203c33e43',
         templates_sha='54d24ee1695f3443971c275bbccc64298c2911cc8a333520e1af743c4f97b348',
         tunables=(('KB', (1, 2, 4)), ('NB', (1, 2, 4)), ('TH', (1, 2, 4, 8)), ('VW', (4, 8, 16))),
-        device_params=(('VW', 'max(4, min(8, vector_bits / dtype_bits))'),),
+        device_params=(
+            (
+                'KB',
+                'pick(min((K / max(C / max(CG, 1), 1)) % 4, 1) * (1 + min((K / max(C / max(CG, 1), 1)) % 2, 1)), 4, 2, 1)',
+            ),
+            (
+                'NB',
+                'max(1, min(2, vector_registers / 2 / (KB * 4 * cdiv(VW * dtype_bits, vector_bits))))',
+            ),
+            (
+                'TH',
+                'max(1, min(4, vector_registers / 2 / (KB * NB * cdiv(VW * dtype_bits, vector_bits))))',
+            ),
+            ('VW', 'max(4, min(8, vector_bits / dtype_bits))'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'KB * NB * TH * cdiv(VW * dtype_bits, vector_bits) <= vector_registers / 2',
@@ -18269,7 +18283,21 @@ INSTANCES: dict[str, Instance] = {
         sha256='6213563c837ed86a789e82351a94c47323456605aac3d4b657629ab463e29cac',
         templates_sha='54d24ee1695f3443971c275bbccc64298c2911cc8a333520e1af743c4f97b348',
         tunables=(('KB', (1, 2, 4)), ('NB', (1, 2, 4)), ('TH', (1, 2, 4, 8)), ('VW', (4, 8, 16))),
-        device_params=(('VW', 'max(4, min(8, vector_bits / dtype_bits))'),),
+        device_params=(
+            (
+                'KB',
+                'pick(min((K / max(C / max(CG, 1), 1)) % 4, 1) * (1 + min((K / max(C / max(CG, 1), 1)) % 2, 1)), 4, 2, 1)',
+            ),
+            (
+                'NB',
+                'max(1, min(2, vector_registers / 2 / (KB * 4 * cdiv(VW * dtype_bits, vector_bits))))',
+            ),
+            (
+                'TH',
+                'max(1, min(4, vector_registers / 2 / (KB * NB * cdiv(VW * dtype_bits, vector_bits))))',
+            ),
+            ('VW', 'max(4, min(8, vector_bits / dtype_bits))'),
+        ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'KB * NB * TH * cdiv(VW * dtype_bits, vector_bits) <= vector_registers / 2',
@@ -23781,7 +23809,7 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+                'max(1, (vector_registers - 2 - NR / VW * cdiv(VW * dtype_bits, vector_bits)) / (NR / VW * cdiv(VW * dtype_bits, vector_bits) + 1))',
             ),
             (
                 'NR',
@@ -24359,7 +24387,7 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+                'max(1, (vector_registers - 2 - NR / VW * cdiv(VW * dtype_bits, vector_bits)) / (NR / VW * cdiv(VW * dtype_bits, vector_bits) + 1))',
             ),
             (
                 'NR',
@@ -24937,7 +24965,7 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+                'max(1, (vector_registers - 2 - NR / VW * cdiv(VW * dtype_bits, vector_bits)) / (NR / VW * cdiv(VW * dtype_bits, vector_bits) + 1))',
             ),
             (
                 'NR',
@@ -25515,7 +25543,7 @@ INSTANCES: dict[str, Instance] = {
         device_params=(
             (
                 'MR',
-                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
+                'max(1, (vector_registers - 2 - NR / VW * cdiv(VW * dtype_bits, vector_bits)) / (NR / VW * cdiv(VW * dtype_bits, vector_bits) + 1))',
             ),
             (
                 'NR',

@@ -17,6 +17,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from clforge.call.selection import requirement_problem, target_matches
@@ -379,3 +380,44 @@ def test_reductions_and_transposes_compute_their_blocks_from_the_device() -> Non
         got = dict(c.params)
         assert (got["TB"], got["TC"]) == want, (profile.name, dtype, c.describe())
         assert c.origin.startswith(COMPUTED) and "l1d_bytes=" in c.origin
+
+
+@pytest.mark.parametrize(
+    ("groups", "per_group", "kb"), [(8, 4, 4), (8, 2, 2), (6, 3, 1), (16, 1, 1)]
+)
+def test_defaults_may_read_the_call_s_dims(runtime, groups: int, per_group: int, kb: int) -> None:
+    """A depthwise/grouped conv's KB (output channels a work-item takes) is computed from the
+    call's dims: as many of the group's P = K / G outputs as divide it, up to 4; NB and TH
+    shrink so that the accumulators fit half the registers. With no dims (a symbolic compile)
+    KB keeps its spec default while VW is still computed. The computed sets run and match the
+    reference here, on a dispatcher with no tuning file at all."""
+    from clforge.call.dispatcher import Dispatcher
+    from clforge.device.query import from_device
+    from clforge.references import expected
+
+    inst = REG.instance("conv2d__cpu_depthwise__f32__x_row__y_row")
+    C, K = 2 * groups, groups * per_group
+    dims = {"N": 1, "C": C, "H": 11, "W": 13, "K": K, "CG": 2, "R": 3, "S": 3, "OH": 11, "OW": 13}
+    c = ParamLookup(XEON).choose(inst, dims)
+    params = dict(c.params)
+    assert c.origin.startswith(COMPUTED) and f"K={K}" in c.origin, c.describe()
+    assert params["KB"] == kb and K // groups % params["KB"] == 0
+    assert params["KB"] * params["NB"] * params["TH"] <= XEON.vector_registers // 2
+    avx2 = dict(ParamLookup(ZEN3).choose(inst, dims).params)
+    assert avx2["KB"] * avx2["NB"] * avx2["TH"] <= ZEN3.vector_registers // 2
+    symbolic = ParamLookup(XEON).choose(inst, {})
+    assert dict(symbolic.params)["KB"] == 1 and dict(symbolic.params)["VW"] == 8
+    assert "K=" not in symbolic.origin
+
+    profile = from_device(runtime.device)
+    d = Dispatcher(runtime, profile, params=ParamLookup(profile))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, C, 11, 13)).astype(np.float32)
+    w = rng.standard_normal((K, 2, 3, 3)).astype(np.float32)
+    inputs = {"x": x, "w": w, "bias": rng.standard_normal(K).astype(np.float32)}
+    attrs = {"groups": groups, "pad_h": 1, "pad_w": 1}
+    plan = d.plan_for(REG.op("conv2d"), inputs, attrs)
+    assert plan.inst.name == inst.name and dict(plan.params)["KB"] == kb
+    got = d.call("conv2d", inputs, attrs)["y"]
+    want = expected(REG.op("conv2d"), inputs, attrs)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

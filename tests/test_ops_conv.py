@@ -187,7 +187,7 @@ def _chosen(profile, op, dtype="f32", layouts=None, dims=None) -> str | None:
         ("nvidia-h100", "gpu_tiled", "generic"),  # the H100 profile lacks fp16
         ("amd-mi250x", "gpu_tiled", "generic_half"),
         ("intel-max-1100", "gpu_tiled", "generic_half"),
-        ("pocl-cpu", "cpu_im2col", "generic"),  # where nothing measured ranks cpu_packed higher
+        ("pocl-cpu", "cpu_packed", "generic"),  # where nothing measured: priority, above im2col
         (UNKNOWN, "generic", "generic"),
     ],
 )
@@ -205,12 +205,12 @@ def test_choice_on_each_profile(profile, conv: str, conv_f16: str) -> None:
     [
         ({"groups": 2, "CG": 4}, "cpu_depthwise"),  # narrow groups: the direct vector kernel
         ({"C": 128, "K": 128, "CG": 1, "groups": 128}, "cpu_depthwise"),  # depthwise
-        ({"C": 34, "K": 38, "CG": 17, "groups": 2}, "cpu_im2col"),  # a GEMM per group
+        ({"C": 34, "K": 38, "CG": 17, "groups": 2}, "cpu_packed"),  # a GEMM per group
         ({"C": 24, "K": 24, "CG": 12, "groups": 2}, "cpu"),  # 12 channels: neither
     ],
 )
 def test_grouped_convolutions_choice(dims, variant: str) -> None:
-    """Grouped convolutions: the packed GEMM per group (im2col) where the groups fill its panels
+    """Grouped convolutions: the packed GEMM per group where the groups fill its panels
     (K / groups >= 16, CG >= 4), the depthwise kernel for CG <= 8 (NCHW only), else cpu."""
     p = find_profile("pocl-cpu")
     grouped = {**CONV_DIMS, **dims}
@@ -246,10 +246,10 @@ def test_grouped_and_depthwise_match_numpy_in_both_layouts(shape, wshape, option
     ("attrs", "layout", "variant"),
     [
         ({}, "row", "cpu_pointwise"),  # 1x1, stride 1, no padding, one group, NCHW
-        ({"stride_h": 2}, "row", "cpu_im2col"),
-        ({"pad_h": 1, "pad_w": 1}, "row", "cpu_im2col"),
+        ({"stride_h": 2}, "row", "cpu_packed"),
+        ({"pad_h": 1, "pad_w": 1}, "row", "cpu_packed"),
         ({"groups": 2, "CG": 4}, "row", "cpu_depthwise"),
-        ({}, "nhwc", "cpu_im2col"),
+        ({}, "nhwc", "cpu_packed"),
     ],
 )
 def test_a_pointwise_conv_is_the_matmul_of_the_image_rows(attrs, layout: str, variant: str) -> None:

@@ -150,7 +150,7 @@ class ParamLookup:
                 if space.problem(e.params, self.profile) is None:
                     origin = LEVEL_NAMES[lvl] + (" (exact shape)" if e.shape == shape else "")
                     return Choice(e.params, origin, e, _file_name(f))
-        return self._computed(inst, space) or Choice(
+        return self._computed(inst, space, dims) or Choice(
             space.defaults, "spec default; nothing tuned applies"
         )
 
@@ -201,15 +201,20 @@ class ParamLookup:
                 )
         return Timings(exact, "at this shape")
 
-    def _computed(self, inst: Instance, space: ParamSpace) -> Choice | None:
-        """The variant's device_params, evaluated on this device's properties, when they give
-        a valid point of the space."""
+    def _computed(
+        self, inst: Instance, space: ParamSpace, dims: Mapping[str, int]
+    ) -> Choice | None:
+        """The variant's device_params, evaluated on this device's properties and the call's
+        `dims` (those that read a dim not given keep the spec default), when they give a valid
+        point of the space."""
         if not inst.device_params:
             return None
-        env = device_properties(self.profile, inst.dtype)
+        env = {**dims, **device_properties(self.profile, inst.dtype)}
         try:
             values, read = computed(dict(inst.device_params), env)
         except (ZeroDivisionError, ValueError, ArithmeticError):
+            return None
+        if not values:
             return None
         params = space.complete(values)
         problem = space.problem(params, self.profile)

@@ -98,17 +98,20 @@ def computed(
     device_params: Mapping[str, str], env: Mapping[str, int]
 ) -> tuple[dict[str, int], list[str]]:
     """The params `device_params` (param -> integer expression) give on a device whose
-    properties are `env`, each expression reading the properties and the params computed
-    before it; and the properties they read, sorted. ValueError for a cycle; the
-    expressions' own errors (division by zero) pass through."""
+    properties are `env` (and the call's dims, where known), each expression reading them and
+    the params computed before it; and the names they read, sorted. A param whose expression
+    reads a dim `env` lacks (a symbolic size) is left out, and so is any that reads it: the
+    spec default stands for those. ValueError for a cycle; the expressions' own errors
+    (division by zero) pass through."""
     exprs = {p: _int_expr(text) for p, text in device_params.items()}
     order = evaluation_order({p: e.names for p, e in exprs.items()})
     if order is None:
         raise ValueError(f"device_params read each other in a cycle: {', '.join(sorted(exprs))}")
     values: dict[str, int] = {}
     for p in order:
-        values[p] = exprs[p].evaluate({**env, **values})
-    read = sorted(set().union(*(e.names for e in exprs.values())) - set(exprs))
+        if exprs[p].names <= env.keys() | values.keys():
+            values[p] = exprs[p].evaluate({**env, **values})
+    read = sorted(set().union(*(exprs[p].names for p in values)) - set(exprs))
     return values, read
 
 

@@ -226,8 +226,9 @@ class VariantSpec(_Model):
     device_params: dict[StrictStr, StrictStr] = Field(
         default_factory=dict,
         description="params computed from the device where nothing tuned applies: integer "
-        "expressions over " + ", ".join(DEVICE_PROPERTIES) + " and the variant's other "
-        "device_params",
+        "expressions over " + ", ".join(DEVICE_PROPERTIES) + ", the op's dims (where a call's "
+        "sizes are known; a param reading an unknown one keeps its default) and the variant's "
+        "other device_params",
     )
     constraints: tuple[StrictStr, ...] = Field(
         (),

@@ -133,8 +133,8 @@ def check_variant(
             (*key, "device_params", p),
             text,
             "int",
-            set(DEVICE_PROPERTIES) | (set(v.device_params) - {p}),
-            "neither a device property nor another of the variant's device_params",
+            set(DEVICE_PROPERTIES) | set(spec.dims) | (set(v.device_params) - {p}),
+            "neither a device property, a dim of the op nor another of the variant's device_params",
         )
     _check_device_params_order(col, v, key)
     for j, option in enumerate(v.build_options):
