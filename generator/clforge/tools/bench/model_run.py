@@ -2,7 +2,9 @@
 peers' processes back to back per case, which goes first alternating by round), their outputs
 checked against each other, and their table: milliseconds per call of each side (the median
 of the rounds), the compiled graph over eager calls, ONNX Runtime over the graph, the kernels
-one call launches and the host time per kernel of clforge's two sides."""
+one call launches and the host time per kernel of clforge's sides. clforge runs three ways:
+the compiled graph, the same graph compiled without fusion (`compile(fusion=False)`: what
+capture, views, buffer planning and the prepared launch path give alone) and eager calls."""
 
 from __future__ import annotations
 
@@ -26,8 +28,15 @@ from clforge.tools.bench.models import ModelCase
 from clforge.tools.bench.peers import PEERS, PeerProcess
 from clforge.tools.bench.protocol import Timing
 
-SIDES = ("graph", "eager", "onnxruntime", "numpy")
-TITLES = {"graph": "graph", "eager": "eager", "onnxruntime": "ORT", "numpy": "NumPy"}
+OURS = ("graph", "unfused", "eager")  # clforge's ways, in the order of a round that starts
+SIDES = (*OURS, "onnxruntime", "numpy")
+TITLES = {
+    "graph": "graph",
+    "unfused": "unfused",
+    "eager": "eager",
+    "onnxruntime": "ORT",
+    "numpy": "NumPy",
+}
 AGREE_RTOL = 2e-3  # outputs agree: max |a - b| <= AGREE_RTOL * max |NumPy's|
 
 
@@ -55,12 +64,12 @@ def run_models(
                 except Exception as exc:  # a graph that does not compile: a note per side
                     ready[i] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
             p = ready[i]
-            order = ("graph", "eager") if sides.clforge_first(k) else ("eager", "graph")
+            order = OURS if sides.clforge_first(k) else OURS[::-1]
             for side in order:
                 if isinstance(p, str):
                     per[side][i].append({"seconds": None, "note": p})
                     continue
-                way = p.graph if side == "graph" else p.eager
+                way = getattr(p, side)
                 out = outs[side][i] if k == 0 else None
                 per[side][i].append(time_clforge(way, rt, timing, out))
 
@@ -137,6 +146,7 @@ def _row(
         "model": {"kind": case.kind, "S": case.s, "D": case.d, "H": case.heads, "F": case.hidden},
         "sides": cells,
         "graph_vs_eager": ratio("graph", "eager"),
+        "unfused_vs_eager": ratio("unfused", "eager"),
         "graph_vs_ort": ratio("graph", "onnxruntime"),
         "graph_vs_numpy": ratio("graph", "numpy"),
         "max_rel_diff": diffs,
@@ -154,23 +164,23 @@ def model_text(rows: Sequence[dict[str, Any]], n_rounds: int) -> str:
         return f"{v:.2f}x" if v is not None else "-"
 
     head = (
-        f"{'model':26} {'graph ms':>9} {'eager ms':>9} {'ORT ms':>8} {'NumPy ms':>9} "
-        f"{'graph/eager':>11} {'graph/ORT':>9} {'kernels g/e':>11} "
-        f"{'host us/kernel g/e':>18}  outputs"
+        f"{'model':26} {'graph ms':>9} {'unfused ms':>10} {'eager ms':>9} {'ORT ms':>8} "
+        f"{'NumPy ms':>9} {'graph/eager':>11} {'unfused/eager':>13} {'graph/ORT':>9} "
+        f"{'kernels g/u/e':>13} {'host us/kernel g/u/e':>20}  outputs"
     )
     lines = [
-        f"Models (issue 35 point 6): ms per call, median of {n_rounds} round(s); ratios: how many "
-        "times faster the graph is (per round, then the median); kernels per call and host time "
-        "per kernel of the compiled graph / the eager calls; outputs: agree with NumPy's "
+        f"Models (issues 35 and 36): ms per call, median of {n_rounds} round(s); ratios: how "
+        "many times faster the graph is (per round, then the median); unfused: the same graph "
+        "compiled without fusion; kernels per call and host time per kernel of the compiled "
+        "graph / unfused / the eager calls; outputs: agree with NumPy's "
         f"(max |diff| <= {AGREE_RTOL:g} x max |NumPy|) or the worst side's difference",
         head,
     ]
     for r in rows:
         c = r["sides"]
-        k = f"{c['graph']['kernels'] or '-'}/{c['eager']['kernels'] or '-'}"
+        k = "/".join(str(c[s]["kernels"] or "-") for s in OURS)
         h = "/".join(
-            f"{c[s]['host_us_per_kernel']:.1f}" if c[s]["host_us_per_kernel"] else "-"
-            for s in ("graph", "eager")
+            f"{c[s]['host_us_per_kernel']:.1f}" if c[s]["host_us_per_kernel"] else "-" for s in OURS
         )
         diffs = {s: v for s, v in r["max_rel_diff"].items() if v is not None}
         verdict = (
@@ -179,9 +189,10 @@ def model_text(rows: Sequence[dict[str, Any]], n_rounds: int) -> str:
             else (", ".join(f"{TITLES[s]} {v:.1e}" for s, v in diffs.items()) or "not checked")
         )
         lines.append(
-            f"{r['case']:26} {ms(c['graph']['ms']):>9} {ms(c['eager']['ms']):>9} "
-            f"{ms(c['onnxruntime']['ms']):>8} {ms(c['numpy']['ms']):>9} "
-            f"{x(r['graph_vs_eager']):>11} {x(r['graph_vs_ort']):>9} {k:>11} {h:>18}  {verdict}"
+            f"{r['case']:26} {ms(c['graph']['ms']):>9} {ms(c['unfused']['ms']):>10} "
+            f"{ms(c['eager']['ms']):>9} {ms(c['onnxruntime']['ms']):>8} {ms(c['numpy']['ms']):>9} "
+            f"{x(r['graph_vs_eager']):>11} {x(r.get('unfused_vs_eager')):>13} "
+            f"{x(r['graph_vs_ort']):>9} {k:>13} {h:>20}  {verdict}"
         )
         for s in SIDES:
             if c[s]["ms"] is None and c[s]["note"]:

@@ -108,9 +108,11 @@ def _ort_call(model: Any, x: np.ndarray, n_threads: int) -> tuple[Callable[[], N
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-    """clforge's two ways of running a model case, on device arrays."""
+    """clforge's three ways of running a model case, on device arrays: the compiled graph, the
+    same graph compiled without fusion, and eager calls."""
 
     graph: Callable[[], Any]
+    unfused: Callable[[], Any]
     eager: Callable[[], Any]
 
 
@@ -124,8 +126,9 @@ def prepare(case: ModelCase, d: Any) -> Prepared:
     w = weights(case)
     x = cla.to_device(q, model_input(case))
     model = build_graph(case, w).compile()  # on d's queue: the default dispatcher's
+    plain = build_graph(case, w).compile(fusion=False)
     run_eager = eager_calls(case, {k: cla.to_device(q, v) for k, v in w.items()})
-    return Prepared(lambda: model(x), lambda: run_eager(x))
+    return Prepared(lambda: model(x), lambda: plain(x), lambda: run_eager(x))
 
 
 def kernels_of(call: Callable[[], Any], rt: Any) -> int | None:
