@@ -122,6 +122,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'swiglu__cpu__f32': Instance(
         name='swiglu__cpu__f32',
@@ -187,6 +188,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'swiglu__cpu__f64': Instance(
         name='swiglu__cpu__f64',
@@ -252,6 +254,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'swiglu__generic__f16': Instance(
         name='swiglu__generic__f16',
@@ -317,6 +320,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'swiglu__generic__f32': Instance(
         name='swiglu__generic__f32',
@@ -382,6 +386,7 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
     'swiglu__generic__f64': Instance(
         name='swiglu__generic__f64',
@@ -447,5 +452,6 @@ INSTANCES: dict[str, Instance] = {
         epilogue=None,
         steps=(),
         scratch=(),
+        prefer_when=None,
     ),
 }

@@ -26,6 +26,7 @@ import numpy as np
 import pyopencl as cl
 
 from clforge.device.isa import isa_by_code, probe_source
+from clforge.device.threads import pin_pocl_workers
 from clforge.errors import ClforgeWarning, DeviceError
 
 DEVICE_ENV = "CLFORGE_DEVICE"
@@ -100,6 +101,7 @@ class DeviceStatus:
 
 
 def all_devices() -> list[cl.Device]:
+    pin_pocl_workers()  # before PoCL starts its devices: one speed per process (threads.py)
     try:
         return [d for p in cl.get_platforms() for d in p.get_devices()]
     except cl.Error as exc:

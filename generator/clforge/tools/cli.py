@@ -240,11 +240,13 @@ def cmd_devices(args: argparse.Namespace) -> int:
     import contextlib
 
     from clforge.device.discovery import FALLBACK_HINT, survey
+    from clforge.device.threads import pin_pocl_workers
     from clforge.device.profile import MODEL_FIELDS, model_dict, model_text
     from clforge.device.query import from_device
     from clforge.errors import DeviceError
 
     statuses = survey()
+    threads = pin_pocl_workers()  # the decision survey()'s platform query was made under
     models = {}
     for s in statuses:
         with contextlib.suppress(DeviceError):  # a driver that does not answer: no model
@@ -274,6 +276,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
             ],
             "builds": any(s.builds for s in statuses),
             "builds_fully": any(s.builds_fully for s in statuses),
+            "pocl_threads": {"pinned": threads.pinned, "reason": threads.reason},
         }
         print(json.dumps(doc, indent=2))
     else:
@@ -281,6 +284,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
             print(f"{s.label}: {s.verdict}")
             if s.device.int_ptr in models:
                 print(f"  {model_text(models[s.device.int_ptr])}")
+        if any("portable computing language" in s.device.platform.name.lower() for s in statuses):
+            print(f"PoCL's CPU worker threads: {threads.describe()}")
     if not any(s.builds for s in statuses):
         print(f"clforge: no OpenCL device can build kernels. {FALLBACK_HINT}", file=sys.stderr)
         return 1 if args.check or args.check_full else 0

@@ -1,5 +1,7 @@
-"""The per-call overhead of an eager call against a raw pyopencl launch of the same kernel, and
-the first call in a fresh process with cold and warm caches."""
+"""The per-call overhead of an eager call against a raw pyopencl launch of the same kernel, the
+first call in a fresh process with cold and warm caches, and the speed of the same calls from
+one fresh process to the next (with PoCL's worker threads pinned, as clforge sets them, and
+left to the OS, as before)."""
 
 from __future__ import annotations
 
@@ -96,6 +98,56 @@ def bench_first_call(repeats: int = 3) -> dict[str, float]:
         "warm_s": statistics.median(warm),
         "repeats": repeats,
     }
+
+
+_PROCESS_SPEED = """
+import time, numpy as np
+import pyopencl.array as cla
+from clforge import dispatcher, ops
+q = dispatcher().runtime.queue
+x = cla.to_device(q, np.random.rand(4096, 1024).astype(np.float32))
+y = cla.to_device(q, np.random.rand(4096, 4096).astype(np.float32))
+g = cla.to_device(q, np.random.rand(4194304).astype(np.float32))
+calls = {
+    "softmax 4096x1024": lambda: ops.softmax(x, axis=-1),
+    "sum 4096x4096": lambda: ops.sum(y, axis=-1),
+    "gelu 4194304": lambda: ops.gelu(g),
+}
+for name, fn in calls.items():
+    for _ in range(10):
+        fn()
+    q.finish()
+    ts = []
+    for _ in range(15):
+        t0 = time.perf_counter(); fn(); q.finish(); ts.append(time.perf_counter() - t0)
+    print(name, "=", sorted(ts)[7])
+"""
+PROCESS_MODES = {"pinned": None, "unpinned": "0"}  # mode: $POCL_AFFINITY (None: clforge's)
+
+
+def bench_process_speed(processes: int = 5) -> dict[str, Any]:
+    """The same eager calls (softmax, a last-axis sum, gelu) in `processes` fresh processes per
+    mode, the modes alternating: each process's median of 15 calls after 10 warm-up calls, in
+    ms. "pinned" is what clforge sets up (PoCL's workers one per core, device/threads.py);
+    "unpinned" the same with $POCL_AFFINITY=0, the OS placing the threads."""
+    per: dict[str, dict[str, list[float]]] = {m: {} for m in PROCESS_MODES}
+    for _ in range(processes):
+        for mode, value in PROCESS_MODES.items():
+            env = {k: v for k, v in os.environ.items() if k != "POCL_AFFINITY"}
+            if value is not None:
+                env["POCL_AFFINITY"] = value
+            out = subprocess.run(
+                [sys.executable, "-c", _PROCESS_SPEED],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            for line in out.stdout.splitlines():
+                name, _, secs = line.rpartition(" = ")
+                if name:
+                    per[mode].setdefault(name, []).append(float(secs) * 1e3)
+    return {"processes": processes, "ms": per}
 
 
 def bench_host_per_kernel(

@@ -4,6 +4,7 @@ text that `clforge bench` prints and writes beside the JSON."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypedDict
@@ -395,7 +396,30 @@ def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -
         f"first matmul in a fresh process (import included), median of {first['repeats']}:",
         f"  cold caches {first['cold_s']:.2f} s, warm caches {first['warm_s']:.2f} s",
     ]
+    speed = report.get("process_speed")
+    if speed:
+        lines += ["", *process_speed_lines(speed)]
     return "\n".join(lines) + "\n"
+
+
+def process_speed_lines(speed: dict[str, Any]) -> list[str]:
+    """The one-speed-per-process check: each call's median, lowest and highest over the fresh
+    processes, with PoCL's workers pinned (clforge's setting) and unpinned."""
+    n = speed["processes"]
+    lines = [
+        f"the same eager calls in {n} fresh processes per mode (each process: median of 15 "
+        "calls after 10), ms: median [lowest-highest] over the processes; pinned: PoCL's "
+        "worker threads one per core, as clforge sets them; unpinned: $POCL_AFFINITY=0"
+    ]
+    modes = speed["ms"]
+    for name in modes.get("pinned", {}):
+        cells = []
+        for mode, per in modes.items():
+            v = per.get(name) or []
+            if v:
+                cells.append(f"{mode} {statistics.median(v):.2f} [{min(v):.2f}-{max(v):.2f}]")
+        lines.append(f"  {name:20} " + ", ".join(cells))
+    return lines
 
 
 def per_kernel_lines(pk: dict[str, Any] | None) -> list[str]:

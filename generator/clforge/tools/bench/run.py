@@ -28,7 +28,12 @@ from clforge.tools.bench.clforge_side import Figures, GenericPace, requests, tim
 from clforge.tools.bench.model_run import model_text, run_models
 from clforge.tools.bench.models import MODEL_KINDS
 from clforge.tools.bench.models import selected as model_cases
-from clforge.tools.bench.overhead import bench_first_call, bench_host_per_kernel, bench_overhead
+from clforge.tools.bench.overhead import (
+    bench_first_call,
+    bench_host_per_kernel,
+    bench_overhead,
+    bench_process_speed,
+)
 from clforge.tools.bench.peers import PEERS, PeerProcess
 from clforge.tools.bench.protocol import Outcome, Timing
 from clforge.tools.bench.report import make_rows, text
@@ -39,14 +44,15 @@ class Settings:
     timing: Timing
     overhead: tuple[int, int, int]  # rounds, repeats, calls per repeat
     first_call_repeats: int
+    speed_processes: int  # fresh processes per mode for the one-speed-per-process check
     copy_bytes: int
     generic_budget_s: float  # skip timing a generic predicted to take longer than this
     peer_timeout_s: float  # for a peer's answer on one case
     rounds: int  # every case timed by every side this many times (figures: medians, spreads)
 
 
-FULL = Settings({"repeats": 5, "target_s": 0.05}, (3, 9, 2000), 3, 256 * 2**20, 20.0, 600.0, 3)
-QUICK = Settings({"repeats": 1, "target_s": 0.002}, (1, 1, 200), 1, 16 * 2**20, 20.0, 300.0, 1)
+FULL = Settings({"repeats": 5, "target_s": 0.05}, (3, 9, 2000), 3, 5, 256 * 2**20, 20.0, 600.0, 3)
+QUICK = Settings({"repeats": 1, "target_s": 0.002}, (1, 1, 200), 1, 1, 16 * 2**20, 20.0, 300.0, 1)
 
 
 def progress(msg: str) -> None:
@@ -145,6 +151,8 @@ def run_bench(
     model_rows = run_models(d, models, s.timing, s.rounds, s.peer_timeout_s, progress)
     progress("first call in fresh processes")
     first = bench_first_call(s.first_call_repeats)
+    progress("the same calls in fresh processes")
+    speed = bench_process_speed(s.speed_processes)
     mode = "tuned" if resources.tuning_on() else "untuned"
     rows = make_rows(cases, per_case, runs, per_copy, per_untuned, mode)
     report: dict[str, Any] = {
@@ -176,6 +184,7 @@ def run_bench(
         "overhead": over,
         "throughput": rows,
         "first_call": first,
+        "process_speed": speed,
         "models": model_rows,
     }
     body = text(report, rows, runs) + ("\n" + model_text(model_rows, s.rounds) if models else "")
