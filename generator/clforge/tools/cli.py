@@ -240,9 +240,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     import contextlib
 
     from clforge.device.discovery import FALLBACK_HINT, survey
-    from clforge.device.threads import pin_pocl_workers
     from clforge.device.profile import MODEL_FIELDS, model_dict, model_text
     from clforge.device.query import from_device
+    from clforge.device.threads import pin_pocl_workers
     from clforge.errors import DeviceError
 
     statuses = survey()
