@@ -29,8 +29,24 @@ __kernel void log_softmax__cpu_vec8__f64(
     const int i0_ = (w_ % blocks_) * 8;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
+        const size_t pf_ = b_ + 1 < B ? row_ + R : row_;
         ACCW_ vmax_ = (ACCW_)(-HUGE_VAL);
         int r_ = 0;
+        /* four running maxima: a max's latency, not the loads, bounds a one-chain loop */
+        ACCW_ vmax1_ = vmax_, vmax2_ = vmax_, vmax3_ = vmax_;
+        for (; r_ + 32 <= R; r_ += 32) {
+            const ACCW_ v0_ = *(__global const double8*)(x + (row_ + r_ + 0));
+            const ACCW_ v1_ = *(__global const double8*)(x + (row_ + r_ + 8));
+            const ACCW_ v2_ = *(__global const double8*)(x + (row_ + r_ + 16));
+            const ACCW_ v3_ = *(__global const double8*)(x + (row_ + r_ + 24));
+            vmax_ = v0_ > vmax_ ? v0_ : vmax_;
+            vmax1_ = v1_ > vmax1_ ? v1_ : vmax1_;
+            vmax2_ = v2_ > vmax2_ ? v2_ : vmax2_;
+            vmax3_ = v3_ > vmax3_ ? v3_ : vmax3_;
+        }
+        vmax_ = vmax1_ > vmax_ ? vmax1_ : vmax_;
+        vmax2_ = vmax3_ > vmax2_ ? vmax3_ : vmax2_;
+        vmax_ = vmax2_ > vmax_ ? vmax2_ : vmax_;
         for (; r_ + 8 <= R; r_ += 8) {
             const ACCW_ v_ = *(__global const double8*)(x + (row_ + r_));
             vmax_ = v_ > vmax_ ? v_ : vmax_;
@@ -44,6 +60,8 @@ __kernel void log_softmax__cpu_vec8__f64(
         for (r_ = 0; r_ + 8 <= R; r_ += 8) {
             const ACCW_ e_ = exp(*(__global const double8*)(x + (row_ + r_)) - max_);
             vsum_ += e_;
+            __builtin_prefetch(x + pf_ + r_);
+            __builtin_prefetch(y + row_ + r_, 1);
         }
         ACC_ sum_ = (((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).lo + ((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).hi);
         for (; r_ < R; ++r_) {

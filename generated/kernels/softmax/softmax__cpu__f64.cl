@@ -29,8 +29,24 @@ __kernel void softmax__cpu__f64(
     const int i0_ = (w_ % blocks_) * 8;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
+        const size_t pf_ = b_ + 1 < B ? row_ + R : row_;
         ACCW_ vmax_ = (ACCW_)(-HUGE_VAL);
         int r_ = 0;
+        /* four running maxima: a max's latency, not the loads, bounds a one-chain loop */
+        ACCW_ vmax1_ = vmax_, vmax2_ = vmax_, vmax3_ = vmax_;
+        for (; r_ + 32 <= R; r_ += 32) {
+            const ACCW_ v0_ = (ACC8_)((ACC_)x[(row_ + r_ + 0) + 0], (ACC_)x[(row_ + r_ + 0) + 1], (ACC_)x[(row_ + r_ + 0) + 2], (ACC_)x[(row_ + r_ + 0) + 3], (ACC_)x[(row_ + r_ + 0) + 4], (ACC_)x[(row_ + r_ + 0) + 5], (ACC_)x[(row_ + r_ + 0) + 6], (ACC_)x[(row_ + r_ + 0) + 7]);
+            const ACCW_ v1_ = (ACC8_)((ACC_)x[(row_ + r_ + 8) + 0], (ACC_)x[(row_ + r_ + 8) + 1], (ACC_)x[(row_ + r_ + 8) + 2], (ACC_)x[(row_ + r_ + 8) + 3], (ACC_)x[(row_ + r_ + 8) + 4], (ACC_)x[(row_ + r_ + 8) + 5], (ACC_)x[(row_ + r_ + 8) + 6], (ACC_)x[(row_ + r_ + 8) + 7]);
+            const ACCW_ v2_ = (ACC8_)((ACC_)x[(row_ + r_ + 16) + 0], (ACC_)x[(row_ + r_ + 16) + 1], (ACC_)x[(row_ + r_ + 16) + 2], (ACC_)x[(row_ + r_ + 16) + 3], (ACC_)x[(row_ + r_ + 16) + 4], (ACC_)x[(row_ + r_ + 16) + 5], (ACC_)x[(row_ + r_ + 16) + 6], (ACC_)x[(row_ + r_ + 16) + 7]);
+            const ACCW_ v3_ = (ACC8_)((ACC_)x[(row_ + r_ + 24) + 0], (ACC_)x[(row_ + r_ + 24) + 1], (ACC_)x[(row_ + r_ + 24) + 2], (ACC_)x[(row_ + r_ + 24) + 3], (ACC_)x[(row_ + r_ + 24) + 4], (ACC_)x[(row_ + r_ + 24) + 5], (ACC_)x[(row_ + r_ + 24) + 6], (ACC_)x[(row_ + r_ + 24) + 7]);
+            vmax_ = v0_ > vmax_ ? v0_ : vmax_;
+            vmax1_ = v1_ > vmax1_ ? v1_ : vmax1_;
+            vmax2_ = v2_ > vmax2_ ? v2_ : vmax2_;
+            vmax3_ = v3_ > vmax3_ ? v3_ : vmax3_;
+        }
+        vmax_ = vmax1_ > vmax_ ? vmax1_ : vmax_;
+        vmax2_ = vmax3_ > vmax2_ ? vmax3_ : vmax2_;
+        vmax_ = vmax2_ > vmax_ ? vmax2_ : vmax_;
         for (; r_ + 8 <= R; r_ += 8) {
             const ACCW_ v_ = (ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]);
             vmax_ = v_ > vmax_ ? v_ : vmax_;
@@ -45,6 +61,8 @@ __kernel void softmax__cpu__f64(
             const ACCW_ e_ = exp((ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]) - max_);
             vsum_ += e_;
             { const ACC8_ p_ = e_; y[(row_ + r_) + 0] = (double)(p_.s0); y[(row_ + r_) + 1] = (double)(p_.s1); y[(row_ + r_) + 2] = (double)(p_.s2); y[(row_ + r_) + 3] = (double)(p_.s3); y[(row_ + r_) + 4] = (double)(p_.s4); y[(row_ + r_) + 5] = (double)(p_.s5); y[(row_ + r_) + 6] = (double)(p_.s6); y[(row_ + r_) + 7] = (double)(p_.s7); }
+            __builtin_prefetch(x + pf_ + r_);
+            __builtin_prefetch(y + pf_ + r_, 1);
         }
         ACC_ sum_ = (((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).lo + ((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).hi);
         for (; r_ < R; ++r_) {
