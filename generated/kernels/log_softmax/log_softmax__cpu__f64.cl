@@ -29,6 +29,9 @@ __kernel void log_softmax__cpu__f64(
     const int i0_ = (w_ % blocks_) * 8;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
+        /* the exp pass prefetches (see above) for rows of up to 128 KiB, which stay in cache
+           between the passes; the lines of longer ones would be gone before their pass */
+        const int near_ = (size_t)R * sizeof(T_) <= 131072;
         const size_t pf_ = b_ + 1 < B ? row_ + R : row_;
         ACCW_ vmax_ = (ACCW_)(-HUGE_VAL);
         int r_ = 0;
@@ -57,11 +60,18 @@ __kernel void log_softmax__cpu__f64(
             max_ = v_ > max_ ? v_ : max_;
         }
         ACCW_ vsum_ = 0;
+        if (near_) {
         for (r_ = 0; r_ + 8 <= R; r_ += 8) {
             const ACCW_ e_ = exp((ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]) - max_);
             vsum_ += e_;
             __builtin_prefetch(x + pf_ + r_);
             __builtin_prefetch(y + row_ + r_, 1);
+        }
+        } else {
+        for (r_ = 0; r_ + 8 <= R; r_ += 8) {
+            const ACCW_ e_ = exp((ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]) - max_);
+            vsum_ += e_;
+        }
         }
         ACC_ sum_ = (((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).lo + ((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).hi);
         for (; r_ < R; ++r_) {
