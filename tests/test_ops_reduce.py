@@ -276,6 +276,17 @@ def test_softmax_over_any_axis(log: bool, shape: tuple, axis: int, dtype: type) 
 
 
 @pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape", [(2, 40960), (3, 40001), (1, 32768)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_of_rows_past_the_prefetch_limit(log: bool, shape: tuple, dtype: type) -> None:
+    """Rows over 128 KiB (40960 and 40001 floats, 32768 doubles) take the cpu kernel's exp pass
+    without its prefetches; 32768 floats, exactly 128 KiB, the last length with them."""
+    x = rng.standard_normal(shape).astype(dtype)
+    got = (ops.log_softmax if log else ops.softmax)(x, axis=-1)
+    _check(got, _np_softmax(x, -1, log), dtype)
+
+
+@pytest.mark.parametrize("log", [False, True])
 @pytest.mark.parametrize("shape", [(4, 1000), (3, 24), (5, 7)])
 def test_softmax_is_stable_for_large_inputs(log: bool, shape: tuple) -> None:
     x = (rng.standard_normal(shape) * 1e4).astype(np.float32)

@@ -10,53 +10,53 @@ typedef double VU_ __attribute__((ext_vector_type(8), aligned(sizeof(double))));
 #define NP_ ((SK + 15) / 16)
 #define DVP_ ((DV + 31) / 32 * 32)
 #define VIN_ (DV % 32 == 0)  /* rows of v are whole chunks: read in place, not packed */
-inline double8 vexp_(const double8 x) {
-    const double8 r_ = x * (double8)1.4426950408889634 + (double8)6755399441055744.0;
-    const double8 m_ = r_ - (double8)6755399441055744.0;
-    const double8 y_ = (x - m_ * (double8)6.93147180369123816490e-01) - m_ * (double8)1.90821492927058770002e-10;
-    double8 p_ = (double8)2.08767569878681002e-09;
-    p_ = p_ * y_ + (double8)2.50521083854417202e-08;
-    p_ = p_ * y_ + (double8)2.75573192239858936e-07;
-    p_ = p_ * y_ + (double8)2.75573192239858925e-06;
-    p_ = p_ * y_ + (double8)2.48015873015873016e-05;
-    p_ = p_ * y_ + (double8)1.98412698412698413e-04;
-    p_ = p_ * y_ + (double8)1.38888888888888894e-03;
-    p_ = p_ * y_ + (double8)8.33333333333333322e-03;
-    p_ = p_ * y_ + (double8)4.16666666666666644e-02;
-    p_ = p_ * y_ + (double8)1.66666666666666657e-01;
-    p_ = p_ * y_ + (double8)5.00000000000000000e-01;
-    p_ = p_ * y_ + (double8)1.00000000000000000e+00;
-    p_ = p_ * y_ + (double8)1.00000000000000000e+00;
-    const ulong8 e_ = (as_ulong8(r_) - (ulong8)0x4338000000000000UL) << 52;
-    const double8 out_ = as_double8(as_ulong8(p_) + e_);
-    return x < (double8)-707.0 ? (double8)0 : out_;
+// e^x for x <= 0: 2^n added to e^r's exponent bits; exactly 0 below e^-707 (-inf included)
+inline double8 exp_nonpos_v_(const double8 x) {
+    const double8 j = x * 1.4426950408889634 + 6755399441055744.0;
+    const double8 n = j - 6755399441055744.0;
+    const double8 r = (x - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
+    double8 p = 2.08767569878681002e-09;
+    p = p * r + 2.50521083854417202e-08;
+    p = p * r + 2.75573192239858936e-07;
+    p = p * r + 2.75573192239858925e-06;
+    p = p * r + 2.48015873015873016e-05;
+    p = p * r + 1.98412698412698413e-04;
+    p = p * r + 1.38888888888888894e-03;
+    p = p * r + 8.33333333333333322e-03;
+    p = p * r + 4.16666666666666644e-02;
+    p = p * r + 1.66666666666666657e-01;
+    p = p * r + 5.00000000000000000e-01;
+    p = p * r + 1.00000000000000000e+00;
+    p = p * r + 1.00000000000000000e+00;
+    const double8 e = as_double8(as_ulong8(p) + (as_ulong8(j) << 52));
+    return x < -707.0 ? (double8)0 : e;
 }
-inline double sexp_(const double x) {
-    const double r_ = x * (double)1.4426950408889634 + (double)6755399441055744.0;
-    const double m_ = r_ - (double)6755399441055744.0;
-    const double y_ = (x - m_ * (double)6.93147180369123816490e-01) - m_ * (double)1.90821492927058770002e-10;
-    double p_ = (double)2.08767569878681002e-09;
-    p_ = p_ * y_ + (double)2.50521083854417202e-08;
-    p_ = p_ * y_ + (double)2.75573192239858936e-07;
-    p_ = p_ * y_ + (double)2.75573192239858925e-06;
-    p_ = p_ * y_ + (double)2.48015873015873016e-05;
-    p_ = p_ * y_ + (double)1.98412698412698413e-04;
-    p_ = p_ * y_ + (double)1.38888888888888894e-03;
-    p_ = p_ * y_ + (double)8.33333333333333322e-03;
-    p_ = p_ * y_ + (double)4.16666666666666644e-02;
-    p_ = p_ * y_ + (double)1.66666666666666657e-01;
-    p_ = p_ * y_ + (double)5.00000000000000000e-01;
-    p_ = p_ * y_ + (double)1.00000000000000000e+00;
-    p_ = p_ * y_ + (double)1.00000000000000000e+00;
-    const ulong e_ = (as_ulong(r_) - (ulong)0x4338000000000000UL) << 52;
-    const double out_ = as_double(as_ulong(p_) + e_);
-    return x < (double)-707.0 ? (double)0 : out_;
+// e^x for x <= 0: 2^n added to e^r's exponent bits; exactly 0 below e^-707 (-inf included)
+inline double exp_nonpos_s_(const double x) {
+    const double j = x * 1.4426950408889634 + 6755399441055744.0;
+    const double n = j - 6755399441055744.0;
+    const double r = (x - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
+    double p = 2.08767569878681002e-09;
+    p = p * r + 2.50521083854417202e-08;
+    p = p * r + 2.75573192239858936e-07;
+    p = p * r + 2.75573192239858925e-06;
+    p = p * r + 2.48015873015873016e-05;
+    p = p * r + 1.98412698412698413e-04;
+    p = p * r + 1.38888888888888894e-03;
+    p = p * r + 8.33333333333333322e-03;
+    p = p * r + 4.16666666666666644e-02;
+    p = p * r + 1.66666666666666657e-01;
+    p = p * r + 5.00000000000000000e-01;
+    p = p * r + 1.00000000000000000e+00;
+    p = p * r + 1.00000000000000000e+00;
+    const double e = as_double(as_ulong(p) + (as_ulong(j) << 52));
+    return x < -707.0 ? (double)0 : e;
 }
 /* tanh(x) = sign(x) (1 - e) / (1 + e) with e = exp(-2 |x|): no builtin call, which would make
    the compiler spill every live vector around it even where the soft-cap is off */
 inline double8 vtanh_(const double8 x) {
     const double8 a_ = x < (double8)0 ? -x : x;
-    const double8 e_ = vexp_((double8)-2 * a_);
+    const double8 e_ = exp_nonpos_v_((double8)-2 * a_);
     const double8 t_ = ((double8)1 - e_) / ((double8)1 + e_);
     return x < (double8)0 ? -t_ : t_;
 }
@@ -283,12 +283,12 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m0_ ? bm_ : m0_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a0_ = sexp_(m0_ - mu_);
+            a0_ = exp_nonpos_s_(m0_ - mu_);
             m0_ = mn_;
             l0_ *= a0_;
-            pv_[0] = vexp_(s0_0_ - mu_);
+            pv_[0] = exp_nonpos_v_(s0_0_ - mu_);
             l0_ += pv_[0];
-            pv_[1] = vexp_(s0_1_ - mu_);
+            pv_[1] = exp_nonpos_v_(s0_1_ - mu_);
             l0_ += pv_[1];
         }
         ACC_ a1_;
@@ -323,12 +323,12 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m1_ ? bm_ : m1_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a1_ = sexp_(m1_ - mu_);
+            a1_ = exp_nonpos_s_(m1_ - mu_);
             m1_ = mn_;
             l1_ *= a1_;
-            pv_[2] = vexp_(s1_0_ - mu_);
+            pv_[2] = exp_nonpos_v_(s1_0_ - mu_);
             l1_ += pv_[2];
-            pv_[3] = vexp_(s1_1_ - mu_);
+            pv_[3] = exp_nonpos_v_(s1_1_ - mu_);
             l1_ += pv_[3];
         }
         ACC_ a2_;
@@ -363,12 +363,12 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m2_ ? bm_ : m2_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a2_ = sexp_(m2_ - mu_);
+            a2_ = exp_nonpos_s_(m2_ - mu_);
             m2_ = mn_;
             l2_ *= a2_;
-            pv_[4] = vexp_(s2_0_ - mu_);
+            pv_[4] = exp_nonpos_v_(s2_0_ - mu_);
             l2_ += pv_[4];
-            pv_[5] = vexp_(s2_1_ - mu_);
+            pv_[5] = exp_nonpos_v_(s2_1_ - mu_);
             l2_ += pv_[5];
         }
         ACC_ a3_;
@@ -403,12 +403,12 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m3_ ? bm_ : m3_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a3_ = sexp_(m3_ - mu_);
+            a3_ = exp_nonpos_s_(m3_ - mu_);
             m3_ = mn_;
             l3_ *= a3_;
-            pv_[6] = vexp_(s3_0_ - mu_);
+            pv_[6] = exp_nonpos_v_(s3_0_ - mu_);
             l3_ += pv_[6];
-            pv_[7] = vexp_(s3_1_ - mu_);
+            pv_[7] = exp_nonpos_v_(s3_1_ - mu_);
             l3_ += pv_[7];
         }
         ACC_ a4_;
@@ -443,12 +443,12 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m4_ ? bm_ : m4_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a4_ = sexp_(m4_ - mu_);
+            a4_ = exp_nonpos_s_(m4_ - mu_);
             m4_ = mn_;
             l4_ *= a4_;
-            pv_[8] = vexp_(s4_0_ - mu_);
+            pv_[8] = exp_nonpos_v_(s4_0_ - mu_);
             l4_ += pv_[8];
-            pv_[9] = vexp_(s4_1_ - mu_);
+            pv_[9] = exp_nonpos_v_(s4_1_ - mu_);
             l4_ += pv_[9];
         }
         ACC_ a5_;
@@ -483,12 +483,12 @@ __kernel void attention__cpu_flash64__f64__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m5_ ? bm_ : m5_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a5_ = sexp_(m5_ - mu_);
+            a5_ = exp_nonpos_s_(m5_ - mu_);
             m5_ = mn_;
             l5_ *= a5_;
-            pv_[10] = vexp_(s5_0_ - mu_);
+            pv_[10] = exp_nonpos_v_(s5_0_ - mu_);
             l5_ += pv_[10];
-            pv_[11] = vexp_(s5_1_ - mu_);
+            pv_[11] = exp_nonpos_v_(s5_1_ - mu_);
             l5_ += pv_[11];
         }
         const int nj_ = nk_ - j0_ < 16 ? nk_ - j0_ : 16;  /* keys past it: probability 0 */

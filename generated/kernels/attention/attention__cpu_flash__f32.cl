@@ -9,41 +9,41 @@ typedef float VU_ __attribute__((ext_vector_type(16), aligned(sizeof(float))));
 #define NP_ ((SK + 63) / 64)
 #define DVP_ ((DV + 63) / 64 * 64)
 #define VIN_ (DV % 64 == 0)  /* rows of v are whole chunks: read in place, not packed */
-inline float16 vexp_(const float16 x) {
-    const float16 r_ = x * (float16)1.4426950408889634f + (float16)12582912.0f;
-    const float16 m_ = r_ - (float16)12582912.0f;
-    const float16 y_ = (x - m_ * (float16)0.693145751953125f) - m_ * (float16)1.428606820309417e-06f;
-    float16 p_ = (float16)1.38888888888888894e-03f;
-    p_ = p_ * y_ + (float16)8.33333333333333322e-03f;
-    p_ = p_ * y_ + (float16)4.16666666666666644e-02f;
-    p_ = p_ * y_ + (float16)1.66666666666666657e-01f;
-    p_ = p_ * y_ + (float16)5.00000000000000000e-01f;
-    p_ = p_ * y_ + (float16)1.00000000000000000e+00f;
-    p_ = p_ * y_ + (float16)1.00000000000000000e+00f;
-    const uint16 e_ = (as_uint16(r_) - (uint16)0x4B400000U) << 23;
-    const float16 out_ = as_float16(as_uint16(p_) + e_);
-    return x < (float16)-86.0f ? (float16)0 : out_;
+// e^x for x <= 0: 2^n added to e^r's exponent bits; exactly 0 below e^-86 (-inf included)
+inline float16 exp_nonpos_v_(const float16 x) {
+    const float16 j = x * 1.44269504f + 12582912.0f;
+    const float16 n = j - 12582912.0f;
+    const float16 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    float16 p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const float16 e = as_float16(as_uint16(p) + (as_uint16(j) << 23));
+    return x < -86.0f ? (float16)0 : e;
 }
-inline float sexp_(const float x) {
-    const float r_ = x * (float)1.4426950408889634f + (float)12582912.0f;
-    const float m_ = r_ - (float)12582912.0f;
-    const float y_ = (x - m_ * (float)0.693145751953125f) - m_ * (float)1.428606820309417e-06f;
-    float p_ = (float)1.38888888888888894e-03f;
-    p_ = p_ * y_ + (float)8.33333333333333322e-03f;
-    p_ = p_ * y_ + (float)4.16666666666666644e-02f;
-    p_ = p_ * y_ + (float)1.66666666666666657e-01f;
-    p_ = p_ * y_ + (float)5.00000000000000000e-01f;
-    p_ = p_ * y_ + (float)1.00000000000000000e+00f;
-    p_ = p_ * y_ + (float)1.00000000000000000e+00f;
-    const uint e_ = (as_uint(r_) - (uint)0x4B400000U) << 23;
-    const float out_ = as_float(as_uint(p_) + e_);
-    return x < (float)-86.0f ? (float)0 : out_;
+// e^x for x <= 0: 2^n added to e^r's exponent bits; exactly 0 below e^-86 (-inf included)
+inline float exp_nonpos_s_(const float x) {
+    const float j = x * 1.44269504f + 12582912.0f;
+    const float n = j - 12582912.0f;
+    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+    float p = 1.38145930e-3f;
+    p = p * r + 8.36870819e-3f;
+    p = p * r + 4.16683890e-2f;
+    p = p * r + 1.66665211e-1f;
+    p = p * r + 4.99999940e-1f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const float e = as_float(as_uint(p) + (as_uint(j) << 23));
+    return x < -86.0f ? (float)0 : e;
 }
 /* tanh(x) = sign(x) (1 - e) / (1 + e) with e = exp(-2 |x|): no builtin call, which would make
    the compiler spill every live vector around it even where the soft-cap is off */
 inline float16 vtanh_(const float16 x) {
     const float16 a_ = x < (float16)0 ? -x : x;
-    const float16 e_ = vexp_((float16)-2 * a_);
+    const float16 e_ = exp_nonpos_v_((float16)-2 * a_);
     const float16 t_ = ((float16)1 - e_) / ((float16)1 + e_);
     return x < (float16)0 ? -t_ : t_;
 }
@@ -312,16 +312,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m0_ ? bm_ : m0_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a0_ = sexp_(m0_ - mu_);
+            a0_ = exp_nonpos_s_(m0_ - mu_);
             m0_ = mn_;
             l0_ *= a0_;
-            pv_[0] = vexp_(s0_0_ - mu_);
+            pv_[0] = exp_nonpos_v_(s0_0_ - mu_);
             l0_ += pv_[0];
-            pv_[1] = vexp_(s0_1_ - mu_);
+            pv_[1] = exp_nonpos_v_(s0_1_ - mu_);
             l0_ += pv_[1];
-            pv_[2] = vexp_(s0_2_ - mu_);
+            pv_[2] = exp_nonpos_v_(s0_2_ - mu_);
             l0_ += pv_[2];
-            pv_[3] = vexp_(s0_3_ - mu_);
+            pv_[3] = exp_nonpos_v_(s0_3_ - mu_);
             l0_ += pv_[3];
         }
         ACC_ a1_;
@@ -368,16 +368,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m1_ ? bm_ : m1_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a1_ = sexp_(m1_ - mu_);
+            a1_ = exp_nonpos_s_(m1_ - mu_);
             m1_ = mn_;
             l1_ *= a1_;
-            pv_[4] = vexp_(s1_0_ - mu_);
+            pv_[4] = exp_nonpos_v_(s1_0_ - mu_);
             l1_ += pv_[4];
-            pv_[5] = vexp_(s1_1_ - mu_);
+            pv_[5] = exp_nonpos_v_(s1_1_ - mu_);
             l1_ += pv_[5];
-            pv_[6] = vexp_(s1_2_ - mu_);
+            pv_[6] = exp_nonpos_v_(s1_2_ - mu_);
             l1_ += pv_[6];
-            pv_[7] = vexp_(s1_3_ - mu_);
+            pv_[7] = exp_nonpos_v_(s1_3_ - mu_);
             l1_ += pv_[7];
         }
         ACC_ a2_;
@@ -424,16 +424,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m2_ ? bm_ : m2_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a2_ = sexp_(m2_ - mu_);
+            a2_ = exp_nonpos_s_(m2_ - mu_);
             m2_ = mn_;
             l2_ *= a2_;
-            pv_[8] = vexp_(s2_0_ - mu_);
+            pv_[8] = exp_nonpos_v_(s2_0_ - mu_);
             l2_ += pv_[8];
-            pv_[9] = vexp_(s2_1_ - mu_);
+            pv_[9] = exp_nonpos_v_(s2_1_ - mu_);
             l2_ += pv_[9];
-            pv_[10] = vexp_(s2_2_ - mu_);
+            pv_[10] = exp_nonpos_v_(s2_2_ - mu_);
             l2_ += pv_[10];
-            pv_[11] = vexp_(s2_3_ - mu_);
+            pv_[11] = exp_nonpos_v_(s2_3_ - mu_);
             l2_ += pv_[11];
         }
         ACC_ a3_;
@@ -480,16 +480,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m3_ ? bm_ : m3_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a3_ = sexp_(m3_ - mu_);
+            a3_ = exp_nonpos_s_(m3_ - mu_);
             m3_ = mn_;
             l3_ *= a3_;
-            pv_[12] = vexp_(s3_0_ - mu_);
+            pv_[12] = exp_nonpos_v_(s3_0_ - mu_);
             l3_ += pv_[12];
-            pv_[13] = vexp_(s3_1_ - mu_);
+            pv_[13] = exp_nonpos_v_(s3_1_ - mu_);
             l3_ += pv_[13];
-            pv_[14] = vexp_(s3_2_ - mu_);
+            pv_[14] = exp_nonpos_v_(s3_2_ - mu_);
             l3_ += pv_[14];
-            pv_[15] = vexp_(s3_3_ - mu_);
+            pv_[15] = exp_nonpos_v_(s3_3_ - mu_);
             l3_ += pv_[15];
         }
         ACC_ a4_;
@@ -536,16 +536,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m4_ ? bm_ : m4_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a4_ = sexp_(m4_ - mu_);
+            a4_ = exp_nonpos_s_(m4_ - mu_);
             m4_ = mn_;
             l4_ *= a4_;
-            pv_[16] = vexp_(s4_0_ - mu_);
+            pv_[16] = exp_nonpos_v_(s4_0_ - mu_);
             l4_ += pv_[16];
-            pv_[17] = vexp_(s4_1_ - mu_);
+            pv_[17] = exp_nonpos_v_(s4_1_ - mu_);
             l4_ += pv_[17];
-            pv_[18] = vexp_(s4_2_ - mu_);
+            pv_[18] = exp_nonpos_v_(s4_2_ - mu_);
             l4_ += pv_[18];
-            pv_[19] = vexp_(s4_3_ - mu_);
+            pv_[19] = exp_nonpos_v_(s4_3_ - mu_);
             l4_ += pv_[19];
         }
         ACC_ a5_;
@@ -592,16 +592,16 @@ __kernel void attention__cpu_flash__f32__compute(
             const ACC_ bm_ = hmax_(mx_);
             const ACC_ mn_ = bm_ > m5_ ? bm_ : m5_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a5_ = sexp_(m5_ - mu_);
+            a5_ = exp_nonpos_s_(m5_ - mu_);
             m5_ = mn_;
             l5_ *= a5_;
-            pv_[20] = vexp_(s5_0_ - mu_);
+            pv_[20] = exp_nonpos_v_(s5_0_ - mu_);
             l5_ += pv_[20];
-            pv_[21] = vexp_(s5_1_ - mu_);
+            pv_[21] = exp_nonpos_v_(s5_1_ - mu_);
             l5_ += pv_[21];
-            pv_[22] = vexp_(s5_2_ - mu_);
+            pv_[22] = exp_nonpos_v_(s5_2_ - mu_);
             l5_ += pv_[22];
-            pv_[23] = vexp_(s5_3_ - mu_);
+            pv_[23] = exp_nonpos_v_(s5_3_ - mu_);
             l5_ += pv_[23];
         }
         const int nj_ = nk_ - j0_ < 64 ? nk_ - j0_ : 64;  /* keys past it: probability 0 */

@@ -8,6 +8,52 @@ typedef double8 ACC8_;
 typedef double SUM_;
 typedef double8 SUM8_;
 typedef double8 ACCW_;
+// e^x for x <= 0: 2^n added to e^r's exponent bits; exactly 0 below e^-707 (-inf included)
+inline double8 exp_nonpos_w8_(const double8 x) {
+    const double8 j = x * 1.4426950408889634 + 6755399441055744.0;
+    const double8 n = j - 6755399441055744.0;
+    const double8 r = (x - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
+    double8 p = 2.08767569878681002e-09;
+    p = p * r + 2.50521083854417202e-08;
+    p = p * r + 2.75573192239858936e-07;
+    p = p * r + 2.75573192239858925e-06;
+    p = p * r + 2.48015873015873016e-05;
+    p = p * r + 1.98412698412698413e-04;
+    p = p * r + 1.38888888888888894e-03;
+    p = p * r + 8.33333333333333322e-03;
+    p = p * r + 4.16666666666666644e-02;
+    p = p * r + 1.66666666666666657e-01;
+    p = p * r + 5.00000000000000000e-01;
+    p = p * r + 1.00000000000000000e+00;
+    p = p * r + 1.00000000000000000e+00;
+    const double8 e = as_double8(as_ulong8(p) + (as_ulong8(j) << 52));
+    return x < -707.0 ? (double8)0 : e;
+}
+
+
+// e^x for x <= 0: 2^n added to e^r's exponent bits; exactly 0 below e^-707 (-inf included)
+inline double exp_nonpos_w1_(const double x) {
+    const double j = x * 1.4426950408889634 + 6755399441055744.0;
+    const double n = j - 6755399441055744.0;
+    const double r = (x - n * 6.93147180369123816490e-01) - n * 1.90821492927058770002e-10;
+    double p = 2.08767569878681002e-09;
+    p = p * r + 2.50521083854417202e-08;
+    p = p * r + 2.75573192239858936e-07;
+    p = p * r + 2.75573192239858925e-06;
+    p = p * r + 2.48015873015873016e-05;
+    p = p * r + 1.98412698412698413e-04;
+    p = p * r + 1.38888888888888894e-03;
+    p = p * r + 8.33333333333333322e-03;
+    p = p * r + 4.16666666666666644e-02;
+    p = p * r + 1.66666666666666657e-01;
+    p = p * r + 5.00000000000000000e-01;
+    p = p * r + 1.00000000000000000e+00;
+    p = p * r + 1.00000000000000000e+00;
+    const double e = as_double(as_ulong(p) + (as_ulong(j) << 52));
+    return x < -707.0 ? (double)0 : e;
+}
+
+
 
 
 
@@ -29,8 +75,27 @@ __kernel void log_softmax__cpu__f64(
     const int i0_ = (w_ % blocks_) * 8;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
+        /* the exp pass prefetches (see above) for rows of up to 128 KiB, which stay in cache
+           between the passes; the lines of longer ones would be gone before their pass */
+        const int near_ = (size_t)R * sizeof(T_) <= 131072;
+        const size_t pf_ = b_ + 1 < B ? row_ + R : row_;
         ACCW_ vmax_ = (ACCW_)(-HUGE_VAL);
         int r_ = 0;
+        /* four running maxima: a max's latency, not the loads, bounds a one-chain loop */
+        ACCW_ vmax1_ = vmax_, vmax2_ = vmax_, vmax3_ = vmax_;
+        for (; r_ + 32 <= R; r_ += 32) {
+            const ACCW_ v0_ = (ACC8_)((ACC_)x[(row_ + r_ + 0) + 0], (ACC_)x[(row_ + r_ + 0) + 1], (ACC_)x[(row_ + r_ + 0) + 2], (ACC_)x[(row_ + r_ + 0) + 3], (ACC_)x[(row_ + r_ + 0) + 4], (ACC_)x[(row_ + r_ + 0) + 5], (ACC_)x[(row_ + r_ + 0) + 6], (ACC_)x[(row_ + r_ + 0) + 7]);
+            const ACCW_ v1_ = (ACC8_)((ACC_)x[(row_ + r_ + 8) + 0], (ACC_)x[(row_ + r_ + 8) + 1], (ACC_)x[(row_ + r_ + 8) + 2], (ACC_)x[(row_ + r_ + 8) + 3], (ACC_)x[(row_ + r_ + 8) + 4], (ACC_)x[(row_ + r_ + 8) + 5], (ACC_)x[(row_ + r_ + 8) + 6], (ACC_)x[(row_ + r_ + 8) + 7]);
+            const ACCW_ v2_ = (ACC8_)((ACC_)x[(row_ + r_ + 16) + 0], (ACC_)x[(row_ + r_ + 16) + 1], (ACC_)x[(row_ + r_ + 16) + 2], (ACC_)x[(row_ + r_ + 16) + 3], (ACC_)x[(row_ + r_ + 16) + 4], (ACC_)x[(row_ + r_ + 16) + 5], (ACC_)x[(row_ + r_ + 16) + 6], (ACC_)x[(row_ + r_ + 16) + 7]);
+            const ACCW_ v3_ = (ACC8_)((ACC_)x[(row_ + r_ + 24) + 0], (ACC_)x[(row_ + r_ + 24) + 1], (ACC_)x[(row_ + r_ + 24) + 2], (ACC_)x[(row_ + r_ + 24) + 3], (ACC_)x[(row_ + r_ + 24) + 4], (ACC_)x[(row_ + r_ + 24) + 5], (ACC_)x[(row_ + r_ + 24) + 6], (ACC_)x[(row_ + r_ + 24) + 7]);
+            vmax_ = v0_ > vmax_ ? v0_ : vmax_;
+            vmax1_ = v1_ > vmax1_ ? v1_ : vmax1_;
+            vmax2_ = v2_ > vmax2_ ? v2_ : vmax2_;
+            vmax3_ = v3_ > vmax3_ ? v3_ : vmax3_;
+        }
+        vmax_ = vmax1_ > vmax_ ? vmax1_ : vmax_;
+        vmax2_ = vmax3_ > vmax2_ ? vmax3_ : vmax2_;
+        vmax_ = vmax2_ > vmax_ ? vmax2_ : vmax_;
         for (; r_ + 8 <= R; r_ += 8) {
             const ACCW_ v_ = (ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]);
             vmax_ = v_ > vmax_ ? v_ : vmax_;
@@ -41,13 +106,22 @@ __kernel void log_softmax__cpu__f64(
             max_ = v_ > max_ ? v_ : max_;
         }
         ACCW_ vsum_ = 0;
+        if (near_) {
         for (r_ = 0; r_ + 8 <= R; r_ += 8) {
-            const ACCW_ e_ = exp((ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]) - max_);
+            const ACCW_ e_ = exp_nonpos_w8_((ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]) - max_);
             vsum_ += e_;
+            __builtin_prefetch(x + pf_ + r_);
+            __builtin_prefetch(y + row_ + r_, 1);
+        }
+        } else {
+        for (r_ = 0; r_ + 8 <= R; r_ += 8) {
+            const ACCW_ e_ = exp_nonpos_w8_((ACC8_)((ACC_)x[(row_ + r_) + 0], (ACC_)x[(row_ + r_) + 1], (ACC_)x[(row_ + r_) + 2], (ACC_)x[(row_ + r_) + 3], (ACC_)x[(row_ + r_) + 4], (ACC_)x[(row_ + r_) + 5], (ACC_)x[(row_ + r_) + 6], (ACC_)x[(row_ + r_) + 7]) - max_);
+            vsum_ += e_;
+        }
         }
         ACC_ sum_ = (((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).lo + ((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).hi);
         for (; r_ < R; ++r_) {
-            const ACC_ e_ = exp((ACC_)x[row_ + r_] - max_);
+            const ACC_ e_ = exp_nonpos_w1_((ACC_)x[row_ + r_] - max_);
             sum_ += e_;
         }
         const ACC_ lse_ = log(sum_);
@@ -69,7 +143,7 @@ __kernel void log_softmax__cpu__f64(
         const ACCW_ max_ = vmax_;
         ACCW_ vsum_ = 0;
         for (r_ = 0; r_ + 1 <= R; r_ += 1) {
-            const ACCW_ e_ = exp((ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]) - max_);
+            const ACCW_ e_ = exp_nonpos_w8_((ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]) - max_);
             vsum_ += e_;
         }
         const ACCW_ sum_ = vsum_;
@@ -88,7 +162,7 @@ __kernel void log_softmax__cpu__f64(
             }
             ACC_ sum_ = 0;
             for (int r_ = 0; r_ < R; ++r_) {
-                sum_ += exp((ACC_)x[col_ + (size_t)r_ * I] - max_);
+                sum_ += exp_nonpos_w1_((ACC_)x[col_ + (size_t)r_ * I] - max_);
             }
             const ACC_ lse_ = log(sum_);
             for (int r_ = 0; r_ < R; ++r_) {

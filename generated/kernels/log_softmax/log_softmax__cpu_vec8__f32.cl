@@ -7,11 +7,8 @@ typedef float8 ACC8_;
 typedef float SUM_;
 typedef float8 SUM8_;
 typedef float8 ACCW_;
-// e^x: x clamped to [-104, 89] (e^-inf = 0, e^inf = inf, NaN stays NaN); 2^n as 2^(n + 24) 2^-24
-// below 0 (denormal results) and 2^(n - 1) 2 above (no overflow before e^x does)
-inline float8 exp_w8_(float8 x) {
-    x = x < -104.0f ? (float8)-104.0f : x;
-    x = x > 89.0f ? (float8)89.0f : x;
+// e^x for x <= 0: 2^n added to e^r's exponent bits; exactly 0 below e^-86 (-inf included)
+inline float8 exp_nonpos_w8_(const float8 x) {
     const float8 j = x * 1.44269504f + 12582912.0f;
     const float8 n = j - 12582912.0f;
     const float8 r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
@@ -22,24 +19,13 @@ inline float8 exp_w8_(float8 x) {
     p = p * r + 4.99999940e-1f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-#if defined(__AVX512VL__)
-    /* AVX-512: p 2^n in one vscalefps, denormal results rounded once, overflow to inf */
-    typedef float mv_ __attribute__((__vector_size__(32)));
-    return __builtin_bit_cast(float8, __builtin_ia32_scalefps256_mask(
-        __builtin_bit_cast(mv_, p), __builtin_bit_cast(mv_, n), __builtin_bit_cast(mv_, p),
-        (uchar)-1));
-#else
-    const float8 s = as_float8((as_int8(j) + (x < 0.0f ? (int8)151 : (int8)126)) << 23);
-    return (p * s) * (x < 0.0f ? (float8)5.96046448e-8f : (float8)2.0f);
-#endif
+    const float8 e = as_float8(as_uint8(p) + (as_uint8(j) << 23));
+    return x < -86.0f ? (float8)0 : e;
 }
 
 
-// e^x: x clamped to [-104, 89] (e^-inf = 0, e^inf = inf, NaN stays NaN); 2^n as 2^(n + 24) 2^-24
-// below 0 (denormal results) and 2^(n - 1) 2 above (no overflow before e^x does)
-inline float exp_w1_(float x) {
-    x = x < -104.0f ? (float)-104.0f : x;
-    x = x > 89.0f ? (float)89.0f : x;
+// e^x for x <= 0: 2^n added to e^r's exponent bits; exactly 0 below e^-86 (-inf included)
+inline float exp_nonpos_w1_(const float x) {
     const float j = x * 1.44269504f + 12582912.0f;
     const float n = j - 12582912.0f;
     const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
@@ -50,8 +36,8 @@ inline float exp_w1_(float x) {
     p = p * r + 4.99999940e-1f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    const float s = as_float((as_int(j) + (x < 0.0f ? (int)151 : (int)126)) << 23);
-    return (p * s) * (x < 0.0f ? (float)5.96046448e-8f : (float)2.0f);
+    const float e = as_float(as_uint(p) + (as_uint(j) << 23));
+    return x < -86.0f ? (float)0 : e;
 }
 
 
@@ -76,8 +62,27 @@ __kernel void log_softmax__cpu_vec8__f32(
     const int i0_ = (w_ % blocks_) * 8;
     const size_t row_ = (size_t)b_ * R * I;
     if (I == 1) {
+        /* the exp pass prefetches (see above) for rows of up to 128 KiB, which stay in cache
+           between the passes; the lines of longer ones would be gone before their pass */
+        const int near_ = (size_t)R * sizeof(T_) <= 131072;
+        const size_t pf_ = b_ + 1 < B ? row_ + R : row_;
         ACCW_ vmax_ = (ACCW_)(-HUGE_VALF);
         int r_ = 0;
+        /* four running maxima: a max's latency, not the loads, bounds a one-chain loop */
+        ACCW_ vmax1_ = vmax_, vmax2_ = vmax_, vmax3_ = vmax_;
+        for (; r_ + 32 <= R; r_ += 32) {
+            const ACCW_ v0_ = *(__global const float8*)(x + (row_ + r_ + 0));
+            const ACCW_ v1_ = *(__global const float8*)(x + (row_ + r_ + 8));
+            const ACCW_ v2_ = *(__global const float8*)(x + (row_ + r_ + 16));
+            const ACCW_ v3_ = *(__global const float8*)(x + (row_ + r_ + 24));
+            vmax_ = v0_ > vmax_ ? v0_ : vmax_;
+            vmax1_ = v1_ > vmax1_ ? v1_ : vmax1_;
+            vmax2_ = v2_ > vmax2_ ? v2_ : vmax2_;
+            vmax3_ = v3_ > vmax3_ ? v3_ : vmax3_;
+        }
+        vmax_ = vmax1_ > vmax_ ? vmax1_ : vmax_;
+        vmax2_ = vmax3_ > vmax2_ ? vmax3_ : vmax2_;
+        vmax_ = vmax2_ > vmax_ ? vmax2_ : vmax_;
         for (; r_ + 8 <= R; r_ += 8) {
             const ACCW_ v_ = *(__global const float8*)(x + (row_ + r_));
             vmax_ = v_ > vmax_ ? v_ : vmax_;
@@ -88,13 +93,22 @@ __kernel void log_softmax__cpu_vec8__f32(
             max_ = v_ > max_ ? v_ : max_;
         }
         ACCW_ vsum_ = 0;
+        if (near_) {
         for (r_ = 0; r_ + 8 <= R; r_ += 8) {
-            const ACCW_ e_ = exp_w8_(*(__global const float8*)(x + (row_ + r_)) - max_);
+            const ACCW_ e_ = exp_nonpos_w8_(*(__global const float8*)(x + (row_ + r_)) - max_);
             vsum_ += e_;
+            __builtin_prefetch(x + pf_ + r_);
+            __builtin_prefetch(y + row_ + r_, 1);
+        }
+        } else {
+        for (r_ = 0; r_ + 8 <= R; r_ += 8) {
+            const ACCW_ e_ = exp_nonpos_w8_(*(__global const float8*)(x + (row_ + r_)) - max_);
+            vsum_ += e_;
+        }
         }
         ACC_ sum_ = (((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).lo + ((vsum_.lo + vsum_.hi).lo + (vsum_.lo + vsum_.hi).hi).hi);
         for (; r_ < R; ++r_) {
-            const ACC_ e_ = exp_w1_((ACC_)x[row_ + r_] - max_);
+            const ACC_ e_ = exp_nonpos_w1_((ACC_)x[row_ + r_] - max_);
             sum_ += e_;
         }
         const ACC_ lse_ = log(sum_);
@@ -116,7 +130,7 @@ __kernel void log_softmax__cpu_vec8__f32(
         const ACCW_ max_ = vmax_;
         ACCW_ vsum_ = 0;
         for (r_ = 0; r_ + 1 <= R; r_ += 1) {
-            const ACCW_ e_ = exp_w8_((ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]) - max_);
+            const ACCW_ e_ = exp_nonpos_w8_((ACC8_)((ACC_)x[(col_ + (size_t)r_ * I) + 0], (ACC_)x[(col_ + (size_t)r_ * I) + 1], (ACC_)x[(col_ + (size_t)r_ * I) + 2], (ACC_)x[(col_ + (size_t)r_ * I) + 3], (ACC_)x[(col_ + (size_t)r_ * I) + 4], (ACC_)x[(col_ + (size_t)r_ * I) + 5], (ACC_)x[(col_ + (size_t)r_ * I) + 6], (ACC_)x[(col_ + (size_t)r_ * I) + 7]) - max_);
             vsum_ += e_;
         }
         const ACCW_ sum_ = vsum_;
@@ -135,7 +149,7 @@ __kernel void log_softmax__cpu_vec8__f32(
             }
             ACC_ sum_ = 0;
             for (int r_ = 0; r_ < R; ++r_) {
-                sum_ += exp_w1_((ACC_)x[col_ + (size_t)r_ * I] - max_);
+                sum_ += exp_nonpos_w1_((ACC_)x[col_ + (size_t)r_ * I] - max_);
             }
             const ACC_ lse_ = log(sum_);
             for (int r_ = 0; r_ < R; ++r_) {
