@@ -87,10 +87,10 @@ def test_the_model_bench_runs_every_side_and_checks_outputs():
         for side in SIDES:
             assert cells[side]["ms"] and cells[side]["ms"] > 0, (side, cells[side])
         g, u, e = cells["graph"], cells["unfused"], cells["eager"]
-        # the graph fuses (gelu and the residual adds run in their gemm's kernel): fewer kernels;
-        # without fusion it launches what the eager calls do, less the copies views avoid
-        assert e["kernels"] >= (7 if "mlp" in r["case"] else 16) and g["kernels"] < u["kernels"]
-        assert u["kernels"] <= e["kernels"]
+        # the graph fuses (gelu and the residual adds run in their gemm's kernel): fewer kernels
+        # than the same graph unfused (the eager calls may pick other gemm instances: a
+        # direct kernel where the graph, packing its constant weights once, runs the routine)
+        assert e["kernels"] >= (3 if "mlp" in r["case"] else 12) and g["kernels"] < u["kernels"]
         assert g["host_us_per_kernel"] > 0 and e["host_us_per_kernel"] > 0
         assert r["graph_vs_eager"] > 0 and r["graph_vs_ort"] > 0 and r["unfused_vs_eager"] > 0
     text = model_text(rows, 1)

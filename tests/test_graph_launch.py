@@ -145,8 +145,14 @@ def test_constant_weights_of_packed_routines(op):
     spec = next(iter(m.cache.values()))
     packs = [s.name for p in spec.steps for s in p.plan.inst.steps if s.reads in (("b",), ("w",))]
     assert [note.split(": ")[1].split(" ")[0] for note in spec.once] == packs
-    # each runs a packed routine at these sizes on PoCL's CPU device
-    assert packs == (["pack_w"] if op == "conv2d" else ["pack_b"])
+    # gemm's b is column-major (trans_b), which only the packed routine takes, and conv2d runs
+    # its routine: each packs its weight once; matmul's 13-row product may take the direct
+    # kernel (the measured or analytic crossover), which has nothing to pack
+    variant = next(p.plan.inst.variant for p in spec.steps if p.plan.inst.op == op)
+    if op == "matmul" and variant == "cpu_blocked":
+        assert packs == [] and spec.once == ()
+    else:
+        assert packs == (["pack_w"] if op == "conv2d" else ["pack_b"])
 
 
 def test_a_call_failing_midway_opens_its_gate():

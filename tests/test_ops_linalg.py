@@ -74,10 +74,14 @@ def test_matmul_fortran_and_transposed_operands() -> None:
     x = _r(3, 30, 20)
     bt = np.swapaxes(_r(3, 10, 20), 1, 2)  # batched, last two axes swapped in memory
     _close(ops.matmul(x, bt), x.astype(np.float64) @ bt)
-    plan = d.plan_for(d.registry.op("matmul"), {"a": a[None], "b": b[None]}, {})
-    # both stay col-major: the packed cpu routine's pack step reads either layout, so a
-    # Fortran-ordered operand needs no reordering copy on the host
+    big_a, big_b = np.asfortranarray(_r(1000, 800)), np.asfortranarray(_r(800, 900))
+    plan = d.plan_for(d.registry.op("matmul"), {"a": big_a[None], "b": big_b[None]}, {})
+    # both stay col-major where the packed cpu routine runs: its pack step reads either layout,
+    # so a Fortran-ordered operand needs no reordering copy on the host
     assert plan.inst.name == "matmul__cpu_packed__f32__a_col__b_col"
+    # a small product runs the direct kernel, which reads a either way and b row-major
+    small = d.plan_for(d.registry.op("matmul"), {"a": a[None], "b": b[None]}, {})
+    assert small.inst.variant == "cpu_blocked" and small.inst.layout_of("a") == "col"
 
 
 def test_matmul_device_arrays_keep_their_layout_without_copies() -> None:
@@ -288,9 +292,9 @@ UNKNOWN = DeviceProfile(
 UNKNOWN_FP16 = DeviceProfile(
     "Mystery Accelerator", "unknown", "accelerator", None, ("cl_khr_fp16",), 0, "global", 64, 1
 )
-DIMS = {
-    "matmul": {"BATCH": 1, "M": 64, "N": 64, "K": 64, "BA": 1, "BB": 1},
-    "gemm": {"M": 64, "N": 64, "K": 64},
+DIMS = {  # large enough that the packed routine is the analytic choice on a CPU (prefer_when)
+    "matmul": {"BATCH": 1, "M": 512, "N": 512, "K": 64, "BA": 1, "BB": 1},
+    "gemm": {"M": 512, "N": 512, "K": 64},
     "permute": {"D0": 1, "D1": 2, "D2": 64, "D3": 64, "E0": 1, "E1": 2, "E2": 64, "E3": 64},
 }
 SUFFIX = {"matmul": "__a_row__b_row", "gemm": "__a_row__b_row", "permute": ""}
