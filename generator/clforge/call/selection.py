@@ -12,10 +12,8 @@ import dataclasses
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-from clforge.core import expressions
 from clforge.core.targets import Level, Target, parse_target
 from clforge.device.profile import DeviceProfile
 from clforge.errors import DispatchError
@@ -223,7 +221,7 @@ def judge(
                 )
         else:
             runtime_guard = inst.guard
-    preferred, crossover = _preference(inst, profile, dims)
+    preferred, crossover = _preference(reg, inst, profile, dims)
     why = (
         f"matches {best} ({best.level.name.lower().replace('_', ' ')}), priority "
         f"{inst.priority}"
@@ -243,13 +241,13 @@ def judge(
 
 
 def _preference(
-    inst: Instance, profile: DeviceProfile, dims: Mapping[str, int]
+    reg: Registry, inst: Instance, profile: DeviceProfile, dims: Mapping[str, int]
 ) -> tuple[bool, str]:
     """Whether `inst`'s analytic crossover (prefer_when) holds at `dims` on `profile`, and
     what the reason says of it: unknown dims count as holding."""
-    if inst.prefer_when is None:
+    expr = reg.exprs(inst).prefer
+    if expr is None:
         return True, ""
-    expr = _parse_bool(inst.prefer_when)
     env = {**device_properties(profile, inst.dtype), **dims}
     if not expr.names <= env.keys():
         return True, f", prefer_when {inst.prefer_when!r} decided per shape"
@@ -257,11 +255,6 @@ def _preference(
     shown = ", ".join(f"{n}={env[n]}" for n in sorted(expr.names))
     verdict = "holds" if holds else "is false (ranks below the others of its level)"
     return holds, f", prefer_when {inst.prefer_when!r} {verdict} for {shown}"
-
-
-@cache
-def _parse_bool(text: str) -> expressions.Expr:
-    return expressions.parse(text, "bool")
 
 
 def resolve_layouts(sig: OpSig, layouts: Mapping[str, str]) -> dict[str, str]:

@@ -21,11 +21,12 @@ from clforge.registry.sources import Source
 
 @dataclass(frozen=True)
 class Exprs:
-    """An instance's guard and NDRange, parsed."""
+    """An instance's guard, NDRange and analytic crossover (prefer_when), parsed."""
 
     guard: expressions.Expr | None
     global_size: tuple[expressions.Expr, ...]
     local_size: tuple[expressions.Expr, ...] | None
+    prefer: expressions.Expr | None = None
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,10 @@ class Registry:
         return [i for i in self.instances.values() if i.op == op]
 
     def exprs(self, inst: Instance, step: Step | None = None) -> Exprs:
-        """The guard and the NDRange (of `step`, default the instance's), parsed once."""
+        """The guard, the NDRange (of `step`, default the instance's) and prefer_when, parsed
+        once."""
         launch = step.launch if step is not None else inst.launch
-        return _parse_exprs(inst.guard, launch.global_size, launch.local_size)
+        return _parse_exprs(inst.guard, launch.global_size, launch.local_size, inst.prefer_when)
 
     def source(self, inst: Instance) -> str:
         """The kernel source of `inst`, which must be the text the registry was generated with
@@ -116,12 +118,16 @@ class Registry:
 
 @cache
 def _parse_exprs(
-    guard: str | None, global_size: tuple[str, ...], local_size: tuple[str, ...] | None
+    guard: str | None,
+    global_size: tuple[str, ...],
+    local_size: tuple[str, ...] | None,
+    prefer_when: str | None = None,
 ) -> Exprs:
     return Exprs(
         expressions.parse(guard, "bool") if guard else None,
         tuple(expressions.parse(e, "int") for e in global_size),
         tuple(expressions.parse(e, "int") for e in local_size) if local_size is not None else None,
+        expressions.parse(prefer_when, "bool") if prefer_when else None,
     )
 
 

@@ -18,6 +18,7 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from clforge.call.dispatcher import dispatcher
+from clforge.device.threads import AFFINITY_ENV
 from clforge.tune.measure import median_time
 
 
@@ -63,6 +64,14 @@ def bench_overhead(rounds: int = 3, repeats: int = 9, inner: int = 2000) -> dict
     }
 
 
+def _fresh(code: str, env: dict[str, str]) -> str:
+    """The standard output of `code` run by this Python in a fresh process with `env`."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+    )
+    return out.stdout
+
+
 _FIRST_CALL = """
 import time, numpy as np
 t0 = time.perf_counter()
@@ -77,10 +86,7 @@ def bench_first_call(repeats: int = 3) -> dict[str, float]:
     """Seconds from import to the first matmul result in a fresh process."""
 
     def run(env: dict[str, str]) -> float:
-        out = subprocess.run(
-            [sys.executable, "-c", _FIRST_CALL], env=env, check=True, capture_output=True, text=True
-        )
-        return float(out.stdout.strip().splitlines()[-1])
+        return float(_fresh(_FIRST_CALL, env).strip().splitlines()[-1])
 
     cold, warm = [], []
     for _ in range(repeats):
@@ -133,17 +139,10 @@ def bench_process_speed(processes: int = 5) -> dict[str, Any]:
     per: dict[str, dict[str, list[float]]] = {m: {} for m in PROCESS_MODES}
     for _ in range(processes):
         for mode, value in PROCESS_MODES.items():
-            env = {k: v for k, v in os.environ.items() if k != "POCL_AFFINITY"}
+            env = {k: v for k, v in os.environ.items() if k != AFFINITY_ENV}
             if value is not None:
-                env["POCL_AFFINITY"] = value
-            out = subprocess.run(
-                [sys.executable, "-c", _PROCESS_SPEED],
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            for line in out.stdout.splitlines():
+                env[AFFINITY_ENV] = value
+            for line in _fresh(_PROCESS_SPEED, env).splitlines():
                 name, _, secs = line.rpartition(" = ")
                 if name:
                     per[mode].setdefault(name, []).append(float(secs) * 1e3)
