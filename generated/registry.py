@@ -2381,7 +2381,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/abs/abs__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='858a5afe144262d3aa292a2eebe21c534d303dd8e047f62eb34f736347a72482',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -2443,7 +2443,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/abs/abs__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='26c66873bac409a57951018e14df5f32264a9b4bef30c62fada61be186349b6b',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -2505,7 +2505,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/abs/abs__cpu__i32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='7bf1f7a8b53975859fefda72f0497abdf2d1c130c0e51bfb79b2ec2f25ecc6f3',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -5693,7 +5693,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/attention/attention__cpu__f32.cl',
         template='attention/cpu.cl.j2',
         sha256='2f1c8f61927f77889000bc33a91e074622ea8f95e1abd5c7dcbad886adefdf52',
-        templates_sha='137737a1f9169f1a6edb862142fa4a0ed4dbc7915985c4196e37944f523332c8',
+        templates_sha='89b01e8e842aad868bf6a1ca2ac02a6cd4b4961c4e34db92a6ee166df8ef57d6',
         tunables=(('QB', (1, 2, 4, 8)),),
         device_params=(),
         constraints=(),
@@ -5887,7 +5887,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/attention/attention__cpu__f64.cl',
         template='attention/cpu.cl.j2',
         sha256='3ef832e09a06e0da397c7f146aef76c1a7a0561c8fafdef6ca93fc5bff400086',
-        templates_sha='137737a1f9169f1a6edb862142fa4a0ed4dbc7915985c4196e37944f523332c8',
+        templates_sha='89b01e8e842aad868bf6a1ca2ac02a6cd4b4961c4e34db92a6ee166df8ef57d6',
         tunables=(('QB', (1, 2, 4, 8)),),
         device_params=(),
         constraints=(),
@@ -6081,7 +6081,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/attention/attention__cpu_flash64__f64.cl',
         template='attention/cpu_flash.cl.j2',
         sha256='6b6e1363434a1cb871b06ea4f863f78edc0c7fa1f94010a92920150d437a7a01',
-        templates_sha='83cc5212b558177c93574640dccc9bff733ce1371b08c5d635f02114b93fdabc',
+        templates_sha='ad58457abb883cf405e2ef47afe10358a074c30c4b0200753c5e4b4dc72782e5',
         tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
         device_params=(
             (
@@ -6628,7 +6628,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/attention/attention__cpu_flash__f32.cl',
         template='attention/cpu_flash.cl.j2',
         sha256='8cc27d89e0e50fcb71f04acd5aea52b0fb5004938b90f511d58c885c6e47943a',
-        templates_sha='83cc5212b558177c93574640dccc9bff733ce1371b08c5d635f02114b93fdabc',
+        templates_sha='ad58457abb883cf405e2ef47afe10358a074c30c4b0200753c5e4b4dc72782e5',
         tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
         device_params=(
             (
@@ -7175,7 +7175,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/attention/attention__generic__f16.cl',
         template='attention/generic.cl.j2',
         sha256='a3f677ee09ae42bd50f87daae41bf4cc17822387a7906ad308098afb55ae1d8b',
-        templates_sha='37ef139e9f4d10e0b5d82b6a7325672af5c75508acbc9a6e54dc86858b748d1b',
+        templates_sha='40f773eadb257e2fba380c1f9f75b079ead687653bcf43bab9359d094f393458',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -7369,7 +7369,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/attention/attention__generic__f32.cl',
         template='attention/generic.cl.j2',
         sha256='795828216ba636b3174af653f9bb3b521970cbf4dd5a487162b7aebd58bc92e8',
-        templates_sha='37ef139e9f4d10e0b5d82b6a7325672af5c75508acbc9a6e54dc86858b748d1b',
+        templates_sha='40f773eadb257e2fba380c1f9f75b079ead687653bcf43bab9359d094f393458',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -7563,7 +7563,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/attention/attention__generic__f64.cl',
         template='attention/generic.cl.j2',
         sha256='41eb8104b66b80644b2868587683970dad503c868f0fc47fec6ca260a1866406',
-        templates_sha='37ef139e9f4d10e0b5d82b6a7325672af5c75508acbc9a6e54dc86858b748d1b',
+        templates_sha='40f773eadb257e2fba380c1f9f75b079ead687653bcf43bab9359d094f393458',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -7757,7 +7757,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/attention/attention__gpu_tiled__f16.cl',
         template='attention/gpu_tiled.cl.j2',
         sha256='874a05d63c4e22ec5cf5a1fa220fa6fb5f11432df53d9a54a4c2470a4b89fad5',
-        templates_sha='9330f716e06cbc1cd68c56b8966be79bda5ac02ecd9013e8978871b8d28cdf78',
+        templates_sha='f3d716cd915d1eca43ebe672bc670d18ee0182d31cdce69cf2cd7061027bce89',
         tunables=(('BK', (8, 16, 32)), ('BQ', (16, 32, 64))),
         device_params=(
             (
@@ -7956,7 +7956,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/attention/attention__gpu_tiled__f32.cl',
         template='attention/gpu_tiled.cl.j2',
         sha256='1249ceb1a3d3c281585274ab2d562417ddaa5c273ebbed1b5f399264733f8733',
-        templates_sha='9330f716e06cbc1cd68c56b8966be79bda5ac02ecd9013e8978871b8d28cdf78',
+        templates_sha='f3d716cd915d1eca43ebe672bc670d18ee0182d31cdce69cf2cd7061027bce89',
         tunables=(('BK', (8, 16, 32)), ('BQ', (16, 32, 64))),
         device_params=(
             (
@@ -34110,7 +34110,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/exp/exp__cpu__f16.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='377b9344c288707ba56693850e8594eb85014c7f014d1a46f212401359b0ee42',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -34172,7 +34172,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/exp/exp__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='584ebdb4eac30735291e3c061be02de38095206aa405b5a32dfe1fbca9fdc252',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -34234,7 +34234,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/exp/exp__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='d43e097b0c647bce968658249dbd9e61a238da0ebbe9f9679eddc9ae635109a3',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -34652,7 +34652,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gelu/gelu__cpu__f16.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='04d928f25b708faed8f06454050c13a968e0b133164186fe0ba4e013cafe6a7f',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -34722,7 +34722,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gelu/gelu__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='e1b36c4e8d0a9a1ee1a9d441dfe4fc9fba8e3fd8bb6384fb6e33024b13023c47',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -34792,7 +34792,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gelu/gelu__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='144b44d680dbd112bdeb41acbb33d1aa7002c56e8408781e403399af99e3c1ae',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -35314,7 +35314,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_blocked__f32__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='c9a8f8487618d2e60980c38f04a71513e819fcfbdd6395b611cf2b5775e3a824',
-        templates_sha='3e45f6832403c08249fccd96e22f74950d90a7172088e2c1dcc30093346fa53d',
+        templates_sha='1a9b390f32f029fd48957e6f06f119fbb4e68cc91659a19dbbeb74dfd67940d5',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -35451,7 +35451,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_blocked__f32__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='bc07aea306d934bf8649888c2c0cbbcd8fbab976da0af5f89529250692754150',
-        templates_sha='3e45f6832403c08249fccd96e22f74950d90a7172088e2c1dcc30093346fa53d',
+        templates_sha='1a9b390f32f029fd48957e6f06f119fbb4e68cc91659a19dbbeb74dfd67940d5',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -35588,7 +35588,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_blocked__f64__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='4423986b4eac162b8bd1cc7ce840ebf1a5cebb2894a89842b69987e22d52b344',
-        templates_sha='3e45f6832403c08249fccd96e22f74950d90a7172088e2c1dcc30093346fa53d',
+        templates_sha='1a9b390f32f029fd48957e6f06f119fbb4e68cc91659a19dbbeb74dfd67940d5',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -35725,7 +35725,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_blocked__f64__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='a9a552e2647156d0975a02cc95d0af3d0ef530553b307ac6f3bea71db627303c',
-        templates_sha='3e45f6832403c08249fccd96e22f74950d90a7172088e2c1dcc30093346fa53d',
+        templates_sha='1a9b390f32f029fd48957e6f06f119fbb4e68cc91659a19dbbeb74dfd67940d5',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -35862,7 +35862,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed64__f64__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='e6250aaa4d73b56a157034d0f6c057b6326caec94b2a6a74e7037d0b2bea171b',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -36250,7 +36250,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed64__f64__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='31a8756406e22724e3ad373d2ee6491ae3a47e05a044a71b5af59da2a56efda3',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -36638,7 +36638,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed64__f64__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='dd47a144482676dc4143b3ca19cbea4ec227f72fa887406976dfadf6643796d1',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -37026,7 +37026,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed64__f64__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='457fc92ad0ff72caaddbf5ca2bc7406bd8b5392214aa86f56ea8d5c16a1be1ca',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -37414,7 +37414,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed__f32__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='1a3538855b80ce735fa73e41e82646e012e38137d9ee8627ab4d4f26640539d9',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -37807,7 +37807,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed__f32__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='43ebf43b6302b51d7d59e6127de779a7b1c380cb725df363cef88a07beb53b5d',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -38200,7 +38200,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed__f32__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='21df9a8eddeb00229169f6daaace44fbb8325fe8a18e6ffa362b355555a5075c',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -38593,7 +38593,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed__f32__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='bcd660a9fa88e9b9de0dc0588a5ee9fe65ce158d2c2a7eba7de636c2f0a6ee81',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -38986,7 +38986,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f16__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='01bdbe3bec70a02937fe70f7b3f797770e4ca723a604c13d9a3970fab9c76de2',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -39108,7 +39108,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f16__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='2e117896f57b3a704d6e8625caa0ebf66d065d1a98d9b9b8b723c433edede532',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -39230,7 +39230,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f16__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='f329afa3bb9b425a8b14748f8a89db390ca46c0c6c99d1040af1c848bee07d7d',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -39352,7 +39352,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f16__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='7ca9c6592cc6a822426fbf93de699b5b5c39c7b2d70ae671b1da83f420dd576a',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -39474,7 +39474,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f32__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='8a36d7292f4e6eab21e30eda8f4c6bab1032175bd315e38f3c8bdd2cde27345d',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -39596,7 +39596,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f32__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='1b674195defa590f50925ab23294fdb6bc6371546bbd213335f9e97f3c2e1ecb',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -39718,7 +39718,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f32__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='f25290945008aeecff01c2c05c46bcfd96611674100377459d672a0c9447b89b',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -39840,7 +39840,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f32__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='bb220ddfb607a24df0b56b09045ea3dfa97d68af9be56f8e30d55259a5143752',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -39962,7 +39962,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f64__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='edcc19b64d0eb7d68bf525a8c28b616abc17eacae2285577d666236f41eeafb2',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -40084,7 +40084,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f64__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='01d9a05f0bf7476aba301323eb738d4a92ea650900d42b2a17d0ecd28d62f7b0',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -40206,7 +40206,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f64__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='4f2c8ddb6d85c9d16f3116582b293afaf389eeb088def228e0a80d1c7ee44d28',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -40328,7 +40328,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f64__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='c62322872a7aeb40337d7f23f6dcd3efbc353b777f0237edd58585e49617bade',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -40450,7 +40450,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic_half__f16__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='72de415549f233d37b74c4f8462a836a035dbc132d60aef82eb14ecd13e7d727',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -40572,7 +40572,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic_half__f16__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='6a7174ef4625c5478d73f7f306627bbbbf8e6b97561dd8d989b1793d5db8aa2d',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -40694,7 +40694,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic_half__f16__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='5f87cec1227c834552d7eea1014f29aeddcbb213be2f21c5f384fe82b3cd1676',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -40816,7 +40816,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic_half__f16__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='e7a47dfcbcf4788423a346051746018e3d60aaca0f87b480798902138ffa49dd',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -40938,7 +40938,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f16__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='7a115eb5bcd1f9ca7d875c75352f22fa2256e84e2a67065464a676f0e31cb00e',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -41065,7 +41065,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f16__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='17871981724e2614ab3f91fde164715cabf5f8edeffaf8f283b0c78e382999bf',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -41192,7 +41192,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f16__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='de71b91402dbbbb6c823449a980264de7a11e648f173af82b4ac8b0ad2e9acd0',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -41319,7 +41319,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f16__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='c959a9181a6079895c32ca03830458fceda2162935a3d47a5d4c07f1ec59d5f1',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -41446,7 +41446,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f32__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='58846f0b4734b7ff9ccaceb2243e7822c1e645c447f43e4cbc22bee7f5e383d3',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -41573,7 +41573,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f32__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='d8c4ed2caaa023894e3aa1189ca193378526ac100d0bc92a4a818cd006a5889a',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -41700,7 +41700,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f32__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='f7dc493cf548ee6ed623d760b06f9642a53e9a2483e4d8f09e809503ea5afc97',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -41827,7 +41827,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f32__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='4fcad44328522230ef9c50db6cb1b814a8f35f78fe4ee83ef26df64e28bca321',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -41954,7 +41954,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f64__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='4075bcdb7486d2478420384c30cd3bb598976b0e074b93a07112a7f1b0352822',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -42081,7 +42081,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f64__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='a8e3b5b9ea52e7319a9c74d3740bf4a4ab87c0991382fd30579349677c6bba07',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -42208,7 +42208,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f64__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='773c4d487de777c92e336c60d5b98623cc8ce24bf0f454fea518f76e5a631f61',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -42335,7 +42335,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f64__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='c5a80218e432ffa78b5c26e9e257ee6d7ecbdc93efa6924bc00c68ca16a09d75',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -42430,7 +42430,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__cpu__f32.cl',
         template='norm/cpu.cl.j2',
         sha256='07776fd3bbffd2d7c570971caba49ffe97a5eff93fd63ed18e8b39af7aaa0564',
-        templates_sha='26b56438c1f3c9bf226eba1d1ebb8b69980f496291673154141a17896f659a76',
+        templates_sha='36dc832939f5e281d501eb3a7bb1d6107596d2b4dcb0fe70364f650e74ae89f2',
         tunables=(('NA', (1, 2, 4, 8)), ('NT_MIN', (1048576, 4194304, 1073741824))),
         device_params=(),
         constraints=(),
@@ -42520,7 +42520,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__cpu__f64.cl',
         template='norm/cpu.cl.j2',
         sha256='73e597bc159a1c86db1989cc7ace283faf8c4484ec055cd3bc24541345d7fc95',
-        templates_sha='26b56438c1f3c9bf226eba1d1ebb8b69980f496291673154141a17896f659a76',
+        templates_sha='36dc832939f5e281d501eb3a7bb1d6107596d2b4dcb0fe70364f650e74ae89f2',
         tunables=(('NA', (1, 2, 4, 8)), ('NT_MIN', (1048576, 4194304, 1073741824))),
         device_params=(),
         constraints=(),
@@ -42610,7 +42610,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__generic__f16.cl',
         template='norm/generic.cl.j2',
         sha256='5b8c7ff47151456b9de736a3c571c5e8c4b4f322638d5d83919c757d4e517ce7',
-        templates_sha='887d23fd08b5208718b3b8117b6d9c95836ccc5ea3bcdc19e76e39e0c011ae38',
+        templates_sha='eb913b923ea45855e9bfd08112c3176cc42e6ac44bbcfbcd6285e76c4c84c129',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -42700,7 +42700,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__generic__f32.cl',
         template='norm/generic.cl.j2',
         sha256='cca04010c09d085370616d59c2cb206aeb3354e3f79ad9fc51ffaca4efff8215',
-        templates_sha='887d23fd08b5208718b3b8117b6d9c95836ccc5ea3bcdc19e76e39e0c011ae38',
+        templates_sha='eb913b923ea45855e9bfd08112c3176cc42e6ac44bbcfbcd6285e76c4c84c129',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -42790,7 +42790,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__generic__f64.cl',
         template='norm/generic.cl.j2',
         sha256='7c3f97b3c5fe69827fee727e14c4191e3bb2697575b5bb6aa359047d49cdc016',
-        templates_sha='887d23fd08b5208718b3b8117b6d9c95836ccc5ea3bcdc19e76e39e0c011ae38',
+        templates_sha='eb913b923ea45855e9bfd08112c3176cc42e6ac44bbcfbcd6285e76c4c84c129',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -42880,7 +42880,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__generic_fp16__f16.cl',
         template='norm/generic.cl.j2',
         sha256='a01e6a428f14608e69fa5e4e3b0672dc17db5992b4fee905dfcedfaa011a588c',
-        templates_sha='887d23fd08b5208718b3b8117b6d9c95836ccc5ea3bcdc19e76e39e0c011ae38',
+        templates_sha='eb913b923ea45855e9bfd08112c3176cc42e6ac44bbcfbcd6285e76c4c84c129',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -42970,7 +42970,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__gpu_workgroup__f32.cl',
         template='norm/gpu_workgroup.cl.j2',
         sha256='c4206056ba7a10e198701ec85c275ce6964037cac6e4349896d236afdf8ac8ec',
-        templates_sha='e4676878917281009547f00941e7a8e909591949c1fb2ec39ae9a2f7ca82417d',
+        templates_sha='eac9ade4ddbdc2b4289bad0e841629e95766b99a9302b3b1518734fca2ce610b',
         tunables=(('WG', (64, 128, 256)),),
         device_params=(),
         constraints=('is_pow2(WG)',),
@@ -43060,7 +43060,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__gpu_workgroup__f64.cl',
         template='norm/gpu_workgroup.cl.j2',
         sha256='aaf4db4d76887d5034153547ac8b3bb5513ec1095e438fe3f751c312e5d0bab3',
-        templates_sha='e4676878917281009547f00941e7a8e909591949c1fb2ec39ae9a2f7ca82417d',
+        templates_sha='eac9ade4ddbdc2b4289bad0e841629e95766b99a9302b3b1518734fca2ce610b',
         tunables=(('WG', (64, 128, 256)),),
         device_params=(),
         constraints=('is_pow2(WG)',),
@@ -43126,7 +43126,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/leaky_relu/leaky_relu__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='58e64ca5c8fb59616c4e0c0774884cde133a01800616f32a26c9501cdc7018b9',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -43196,7 +43196,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/leaky_relu/leaky_relu__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='1ca6eebd731dd4e6c9574376ee373a251ecd695dc36599f131dfa7f9505c827d',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -43654,7 +43654,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/log/log__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='0bff75a6ba5f0f55cae8dce822d2d3401f8dd7eb51d2c34137b76b6599e5b8db',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -43716,7 +43716,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/log/log__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='40a7b53e5dae50468be2a5085c0141f8e0cce1b35155dccb66db5c1a96266213',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -44142,7 +44142,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/log_softmax/log_softmax__cpu__f32.cl',
         template='softmax/cpu.cl.j2',
         sha256='5b94b38305dc43f4ce44224a45d155fdc3ed5214ed5ccbf2abf96efc9cc5f461',
-        templates_sha='d4cb447aab86175dff5230b441dd07b0b278deecccee18d4515da57c77b2460c',
+        templates_sha='98604bb266396ef45a7af2d140b1025eef8726ea7667a0d1c4388ae20c75a11f',
         tunables=(('VW', (4, 8, 16)),),
         device_params=(('VW', 'vector_width'),),
         constraints=('VW == 4 or VW == 8 or VW == 16',),
@@ -44216,7 +44216,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/log_softmax/log_softmax__cpu__f64.cl',
         template='softmax/cpu.cl.j2',
         sha256='6800e7a840b4d3f53d98170e05a08b422398196f8c0fe73ab68d4ac2bd43a590',
-        templates_sha='d4cb447aab86175dff5230b441dd07b0b278deecccee18d4515da57c77b2460c',
+        templates_sha='98604bb266396ef45a7af2d140b1025eef8726ea7667a0d1c4388ae20c75a11f',
         tunables=(('VW', (4, 8, 16)),),
         device_params=(('VW', 'vector_width'),),
         constraints=('VW == 4 or VW == 8 or VW == 16',),
@@ -44290,7 +44290,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/log_softmax/log_softmax__cpu_vec8__f32.cl',
         template='softmax/cpu.cl.j2',
         sha256='7e724091ecf1b93436d3e212975140d0c6984f41b0249da37349600968c12762',
-        templates_sha='d4cb447aab86175dff5230b441dd07b0b278deecccee18d4515da57c77b2460c',
+        templates_sha='98604bb266396ef45a7af2d140b1025eef8726ea7667a0d1c4388ae20c75a11f',
         tunables=(('VW', (4, 8, 16)),),
         device_params=(('VW', 'vector_width'),),
         constraints=('VW == 4 or VW == 8 or VW == 16',),
@@ -44364,7 +44364,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/log_softmax/log_softmax__cpu_vec8__f64.cl',
         template='softmax/cpu.cl.j2',
         sha256='b14bd708ff2ce14f110edc480d0e38489b1ad38550b3fad94319985df41fce24',
-        templates_sha='d4cb447aab86175dff5230b441dd07b0b278deecccee18d4515da57c77b2460c',
+        templates_sha='98604bb266396ef45a7af2d140b1025eef8726ea7667a0d1c4388ae20c75a11f',
         tunables=(('VW', (4, 8, 16)),),
         device_params=(('VW', 'vector_width'),),
         constraints=('VW == 4 or VW == 8 or VW == 16',),
@@ -45210,7 +45210,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_blocked__f32__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='c8e8bebcfdb404d21081d72230c477d89d4816d32c170303231f2b0491e4744e',
-        templates_sha='3e45f6832403c08249fccd96e22f74950d90a7172088e2c1dcc30093346fa53d',
+        templates_sha='1a9b390f32f029fd48957e6f06f119fbb4e68cc91659a19dbbeb74dfd67940d5',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -45331,7 +45331,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_blocked__f32__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='ea430fe87dbdd1d1d95cb788fe4ec7108aa597d3ef30e1adbb27d6e7e82e4d84',
-        templates_sha='3e45f6832403c08249fccd96e22f74950d90a7172088e2c1dcc30093346fa53d',
+        templates_sha='1a9b390f32f029fd48957e6f06f119fbb4e68cc91659a19dbbeb74dfd67940d5',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -45452,7 +45452,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_blocked__f64__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='3a38da1a6f3c3b9a1c9bfb4798897a5d955d7514453f9ed859c17c28146b67e1',
-        templates_sha='3e45f6832403c08249fccd96e22f74950d90a7172088e2c1dcc30093346fa53d',
+        templates_sha='1a9b390f32f029fd48957e6f06f119fbb4e68cc91659a19dbbeb74dfd67940d5',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -45573,7 +45573,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_blocked__f64__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='bee6c37c2e05ee4ff1eef54e7e5d2f6e3853f6a696d833621f2b9002541023f9',
-        templates_sha='3e45f6832403c08249fccd96e22f74950d90a7172088e2c1dcc30093346fa53d',
+        templates_sha='1a9b390f32f029fd48957e6f06f119fbb4e68cc91659a19dbbeb74dfd67940d5',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -45694,7 +45694,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed64__f64__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='a47ef8bb82244bf9cbfb1603f8cbfac781003c3bd3cbf12a973aafc89bcfb176',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -46066,7 +46066,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed64__f64__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='23c24701bf65b49f78372f47a72fdc4ad5d8e07077ffc467fe99c0c9d6c292fe',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -46438,7 +46438,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed64__f64__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='53a623fef28173d21b26515c5d507d1dead070f68078801cc7c575cab16a1d33',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -46810,7 +46810,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed64__f64__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='1cf0f22732d1cd113ea4ef04c9129c2a308dd3913f6e2a12a330f023b804a4a2',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -47182,7 +47182,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed__f32__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='d40af49735e618ebf3e8fae74d2e4ef4c30505664c3ba12b57a5a42f58f9f191',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -47559,7 +47559,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed__f32__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='b3faaedb5fc51c7ba1c7b501b57092e78207ec594bd7beda212e122c3985c55f',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -47936,7 +47936,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed__f32__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='c7c329fd6289f8eefc06f9794d64b1be7840a3a9f0bea04addedc55a8c869952',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -48313,7 +48313,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed__f32__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='c512541bb6c9656f422bbc00d723f9906e4e4727677023fdf11f0af5e624ca77',
-        templates_sha='4a53d92f60a27e3d5e3937b84217f9b1bdea918027b9da4e807be58eea2d20d9',
+        templates_sha='49242949eb5ad4b3f9b0f255799edc5d6ffb4b83390f3f775501a326f6e4f070',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -48690,7 +48690,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f16__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='011444add0c0f2de89c7c3e63e899708354cb8fe46408162b1fb1838132ec5cc',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -48796,7 +48796,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f16__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='ec23c18238b4fe34840b0377451be24b8bb90230de1731c3ca18ca9e8c1ab206',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -48902,7 +48902,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f16__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='15684c67fc8306368e53394504b5a3b3c25f61a2b7aa90858d72a0a9a332996b',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -49008,7 +49008,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f16__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='54654063046322165bd7a1b53688eeffd902faa6765a3eda5089b055ea95402d',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -49114,7 +49114,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f32__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='3193b02e968b5f926a67fa360012baccc67d3f51843d2a50c9ccb7a8cb222df5',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -49220,7 +49220,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f32__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='026ac262493cc61845bc04c3d3bd1d876138999e83be366bf80f9319a73c7c9c',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -49326,7 +49326,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f32__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='b3dbeb09a1a01ee90eef0b22b26e619c1e227a927fc902f93fa7a9cc116b45f9',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -49432,7 +49432,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f32__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='c006d4e7d0b825cce15f57715fee3b7bd1d10aef34b7f13ea55afae5fbe1d7bc',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -49538,7 +49538,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f64__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='a10a2fd64c4378b8948b4502e8c46a3c17e60fb8b5f5ba9a8fdeee701b18c2c2',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -49644,7 +49644,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f64__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='989ac666f9f74a4e91de390a08741a37230a65717febfb050502ef1d64f6116e',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -49750,7 +49750,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f64__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='95a9cc0d9e421dda6a7e2a5fc850a0af133cb5b78a8e70936734e91a8ed075ab',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -49856,7 +49856,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f64__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='3ce8a7c45c558377a93983820b909b0e20389fb94b220c7085418fb609d993fe',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -49962,7 +49962,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic_half__f16__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='36c8605b85c3aab801edcaa1b0edad2c10b7dbd9702504b181dcfe3377432017',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -50068,7 +50068,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic_half__f16__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='f8b6b381f6e96dafee86d2389b028b390c36f863c26e071d5f418b92360c3dfe',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -50174,7 +50174,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic_half__f16__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='9cb7da20bbc7b7a2d8f986b11a6be89af249c903d7b02f1533846be5ed7511c2',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -50280,7 +50280,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic_half__f16__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='09e309cee9da6b2a7b908b480725dbadca798e3b0cbf1c601670bf8b9b67bdfc',
-        templates_sha='54f3a1cb2212e207f77073d1f497eb6f9fca15e9c1c46224591c21301fee1899',
+        templates_sha='0b62b9f91688e71747f22658974207110151506b7306f42ad0119f0016bf6496',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -50386,7 +50386,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f16__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='1a88b21eed2685ab767f5e41116865efb2986f0acfb9c0c5624018fc380e62e8',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -50497,7 +50497,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f16__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='176249ad60aa75f375f21a9701c7852afd7505c96e63369b62eb09a4ed86c4b8',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -50608,7 +50608,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f16__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='1142b470a2bb142e27969dfd00e299d2c23a5740f4222034ad1a6d6b7428f22d',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -50719,7 +50719,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f16__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='b1885092b10a038d62df878568719d77d6ddbb5b513ebd1771c5c3c6406cd0ff',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -50830,7 +50830,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f32__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='3183e7ee2401c34933976d96de911bce6163373914be728c00a5fe4ea7bdd1d2',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -50941,7 +50941,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f32__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='35211d8c07de60f51f9c1f24f81210ee66eab792be230908343701b644d2a175',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -51052,7 +51052,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f32__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='1e2b591659ad875954692f83277a8bc458e7068bdf5083d3eb11a720bd5b1c54',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -51163,7 +51163,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f32__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='94b5960545a1bc44b71c7db900bc7407e01cfa9d8847a727ba3d8715bb88ea50',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -51274,7 +51274,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f64__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='3b33c34a2e3fe697ca54f1814c1153157aa9d05e90f8cd1609a13e500aa7a3a8',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -51385,7 +51385,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f64__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='dad10b41e3ba3680b93d92fe316d3befeb700c15913b25392e16b41e846270c1',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -51496,7 +51496,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f64__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='db7531c3f58507363b7c66d5ea714aa5c4a74b36355200f4d4869baed03eacc5',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -51607,7 +51607,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f64__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='9070009e0607e291daf89484fcbe96f6b9106b7eabbeecbe8d593427011ee931',
-        templates_sha='b45ac261d4303d83b157d22688d797fff0f9718b88d9189191a3c99d19d9d738',
+        templates_sha='146f570eaa64f5ea461729dd0dc18b3b276714360a9a932e8826c827170698bf',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -60509,7 +60509,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/neg/neg__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='c00def0a71f32659f10290fe0c2cfecc7d2a37a4fdf9010693692102242e0465',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -60571,7 +60571,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/neg/neg__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='31f386f9c7d9aaa6a73b4cbf5943a7769e2c412a7a6990f53cb03018ca17b92b',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -60633,7 +60633,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/neg/neg__cpu__i32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='06d2c4103ab8bc03cbfdab098f4aac06a85e023a3d24809e3f6972632794d911',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -64674,7 +64674,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/relu/relu__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='b2243f81702b1a485537cbae0ac309a1ba9a391421595ce75fa141423d049d24',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -64736,7 +64736,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/relu/relu__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='de4f3310ba1df93dfb579a13af762a89608a2268ed4feea88d08ab5b38e174b5',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -64798,7 +64798,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/relu/relu__cpu__i32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='cf3b6d8f83db1fac128043dc2f9c68a93e42b871970ebb70407302c4a21f6976',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -65348,7 +65348,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__cpu__f32.cl',
         template='norm/cpu.cl.j2',
         sha256='825b3daddd12ab6cfb6725b7ecc29422c34f5251dd32b07181af09c99649942a',
-        templates_sha='26b56438c1f3c9bf226eba1d1ebb8b69980f496291673154141a17896f659a76',
+        templates_sha='36dc832939f5e281d501eb3a7bb1d6107596d2b4dcb0fe70364f650e74ae89f2',
         tunables=(('NA', (1, 2, 4, 8)), ('NT_MIN', (1048576, 4194304, 1073741824))),
         device_params=(),
         constraints=(),
@@ -65430,7 +65430,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__cpu__f64.cl',
         template='norm/cpu.cl.j2',
         sha256='33540afe551eb17b059cad9bc2e9ef949b49be87056722129265b6794ec09309',
-        templates_sha='26b56438c1f3c9bf226eba1d1ebb8b69980f496291673154141a17896f659a76',
+        templates_sha='36dc832939f5e281d501eb3a7bb1d6107596d2b4dcb0fe70364f650e74ae89f2',
         tunables=(('NA', (1, 2, 4, 8)), ('NT_MIN', (1048576, 4194304, 1073741824))),
         device_params=(),
         constraints=(),
@@ -65512,7 +65512,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__generic__f16.cl',
         template='norm/generic.cl.j2',
         sha256='0166307e1a8a4a9da12d416f5a0cf89997eb06073d49ed689dc4226f9bcbc6e2',
-        templates_sha='887d23fd08b5208718b3b8117b6d9c95836ccc5ea3bcdc19e76e39e0c011ae38',
+        templates_sha='eb913b923ea45855e9bfd08112c3176cc42e6ac44bbcfbcd6285e76c4c84c129',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65594,7 +65594,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__generic__f32.cl',
         template='norm/generic.cl.j2',
         sha256='e427c9227d72a4af2d2e35037870cec39ffaa885f2366bc4fe198241e1318aa7',
-        templates_sha='887d23fd08b5208718b3b8117b6d9c95836ccc5ea3bcdc19e76e39e0c011ae38',
+        templates_sha='eb913b923ea45855e9bfd08112c3176cc42e6ac44bbcfbcd6285e76c4c84c129',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65676,7 +65676,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__generic__f64.cl',
         template='norm/generic.cl.j2',
         sha256='2c982b638b4024b146efe4d33a010d04dbc6123455e9547d673328330e78e08f',
-        templates_sha='887d23fd08b5208718b3b8117b6d9c95836ccc5ea3bcdc19e76e39e0c011ae38',
+        templates_sha='eb913b923ea45855e9bfd08112c3176cc42e6ac44bbcfbcd6285e76c4c84c129',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65758,7 +65758,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__generic_fp16__f16.cl',
         template='norm/generic.cl.j2',
         sha256='8eee87b64c904f4835a6e2fd4050ce2a7edb3c723c23066f6d47d9d26b2b4d9f',
-        templates_sha='887d23fd08b5208718b3b8117b6d9c95836ccc5ea3bcdc19e76e39e0c011ae38',
+        templates_sha='eb913b923ea45855e9bfd08112c3176cc42e6ac44bbcfbcd6285e76c4c84c129',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65840,7 +65840,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__gpu_workgroup__f32.cl',
         template='norm/gpu_workgroup.cl.j2',
         sha256='64659a46f8def8cecc7189bffa44f71fade90bb2adf8247e89ae9e9f460c8817',
-        templates_sha='e4676878917281009547f00941e7a8e909591949c1fb2ec39ae9a2f7ca82417d',
+        templates_sha='eac9ade4ddbdc2b4289bad0e841629e95766b99a9302b3b1518734fca2ce610b',
         tunables=(('WG', (64, 128, 256)),),
         device_params=(),
         constraints=('is_pow2(WG)',),
@@ -65922,7 +65922,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__gpu_workgroup__f64.cl',
         template='norm/gpu_workgroup.cl.j2',
         sha256='029fe82398239a4bdedf604fece6beb40f3c6831025950561ba52c6cd111f675',
-        templates_sha='e4676878917281009547f00941e7a8e909591949c1fb2ec39ae9a2f7ca82417d',
+        templates_sha='eac9ade4ddbdc2b4289bad0e841629e95766b99a9302b3b1518734fca2ce610b',
         tunables=(('WG', (64, 128, 256)),),
         device_params=(),
         constraints=('is_pow2(WG)',),
@@ -65980,7 +65980,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rsqrt/rsqrt__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='348737220c94ad0755d91d88dc5e00c9298e0e2f590a005b1c224e681931edd7',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -66042,7 +66042,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rsqrt/rsqrt__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='b0068fd3ea50ccb26a49bfe65f62a47343ca8fec99e1f38c0895ab1c9958e534',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -66452,7 +66452,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/sigmoid/sigmoid__cpu__f16.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='b076062a330c80c10566fcd878cff1638ab5b516f70f0d8fe632482724322e65',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -66514,7 +66514,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/sigmoid/sigmoid__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='02855697f771f17d611abdd9385c641113fbf78a29e80b10a640a8f6c47e253c',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -66576,7 +66576,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/sigmoid/sigmoid__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='ce1540dd9505843cdf53b80a30fd6f20451cb6b096a330d1766b5d9b05674f32',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -66986,7 +66986,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/silu/silu__cpu__f16.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='5ebb403356ce0a72f70500b612200c9fe613b5da3d8cbfda0d1dc2a0b0f2ccd0',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -67048,7 +67048,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/silu/silu__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='49014cfe3f98f50fb967cfe5193ee541671c6c8e698c77724cb72147eb49507b',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -67110,7 +67110,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/silu/silu__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='f79b3cf680cdafbc65b39fbbffb95d10a05c14033985b7ff092cff3aea7e2461',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -67536,7 +67536,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/softmax/softmax__cpu__f32.cl',
         template='softmax/cpu.cl.j2',
         sha256='560b02a08ee83cdbca0e7d3ad2fe5b2c482221c097431090c0ede7f8d1d9bbed',
-        templates_sha='d4cb447aab86175dff5230b441dd07b0b278deecccee18d4515da57c77b2460c',
+        templates_sha='98604bb266396ef45a7af2d140b1025eef8726ea7667a0d1c4388ae20c75a11f',
         tunables=(('VW', (4, 8, 16)),),
         device_params=(('VW', 'vector_width'),),
         constraints=('VW == 4 or VW == 8 or VW == 16',),
@@ -67610,7 +67610,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/softmax/softmax__cpu__f64.cl',
         template='softmax/cpu.cl.j2',
         sha256='058c4089000328d1e6f8fe38b47a5c1ab10408f21c03a09b0eb60a21db795737',
-        templates_sha='d4cb447aab86175dff5230b441dd07b0b278deecccee18d4515da57c77b2460c',
+        templates_sha='98604bb266396ef45a7af2d140b1025eef8726ea7667a0d1c4388ae20c75a11f',
         tunables=(('VW', (4, 8, 16)),),
         device_params=(('VW', 'vector_width'),),
         constraints=('VW == 4 or VW == 8 or VW == 16',),
@@ -67684,7 +67684,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/softmax/softmax__cpu_vec8__f32.cl',
         template='softmax/cpu.cl.j2',
         sha256='44c5eb32aee2d39d7ba8e22beed60d125adb4763c23bb38ae081065f405c9321',
-        templates_sha='d4cb447aab86175dff5230b441dd07b0b278deecccee18d4515da57c77b2460c',
+        templates_sha='98604bb266396ef45a7af2d140b1025eef8726ea7667a0d1c4388ae20c75a11f',
         tunables=(('VW', (4, 8, 16)),),
         device_params=(('VW', 'vector_width'),),
         constraints=('VW == 4 or VW == 8 or VW == 16',),
@@ -67758,7 +67758,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/softmax/softmax__cpu_vec8__f64.cl',
         template='softmax/cpu.cl.j2',
         sha256='924ac1b00b5aea04fee841a61ec71a0453665d65a824b5a79f717da1cd58ea90',
-        templates_sha='d4cb447aab86175dff5230b441dd07b0b278deecccee18d4515da57c77b2460c',
+        templates_sha='98604bb266396ef45a7af2d140b1025eef8726ea7667a0d1c4388ae20c75a11f',
         tunables=(('VW', (4, 8, 16)),),
         device_params=(('VW', 'vector_width'),),
         constraints=('VW == 4 or VW == 8 or VW == 16',),
@@ -68556,7 +68556,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/sqrt/sqrt__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='4f63f5394cd17fff7da7128e1481af5b191e31dde0c83e6fe0ab8fa8e8985ee0',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -68618,7 +68618,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/sqrt/sqrt__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='8d9ce3faa53b5a92389a2703a6a881dc10e26b8e8d32981c11f6be92f29a9b3e',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -73078,7 +73078,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/tanh/tanh__cpu__f16.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='40619c044e4a52f1ad78790db80cf88c916d01d21bb6abfde95f310234262c1e',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -73140,7 +73140,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/tanh/tanh__cpu__f32.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='ea174c17139e707992a9d1c27b829985563eb38521618827346a2816809c16d2',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
@@ -73202,7 +73202,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/tanh/tanh__cpu__f64.cl',
         template='elementwise/unary_cpu.cl.j2',
         sha256='4a3dd48b83e86e0294b9061d2a2ca8ec43be8af92b7de0d46951dbf6e621fb79',
-        templates_sha='657796c0f43043b86e34493a78138864f4450381f9b17c0b3a9085bfe74fdba5',
+        templates_sha='35ed47dfebf59f07042701f11ab0d5165d565187a45728a299a12eb23a9fb3be',
         tunables=(
             ('CHUNK', (1024, 4096, 16384, 65536)),
             ('NT_MIN', (1048576, 4194304, 1073741824)),
