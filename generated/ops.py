@@ -126,8 +126,8 @@ def attention(
 ) -> Any:
     """scaled dot-product attention, PyTorch's scaled_dot_product_attention, per batch b and query head h (which reads key/value head h / (H / HK): grouped-query attention when HK < H): s[i, j] = scale * q[i, :] . k[j, :]; with softcap > 0, s = softcap * tanh(s / softcap); then s += mask[b, h, i, j] (an additive mask, broadcast from any of its axes of size 1; -inf masks a key out; with bool_mask = 1 a keep mask instead: where it is 0, s = -inf); causal = 1 masks key j for query i when j > i (top-left aligned, as PyTorch's is_causal: query i sees keys 0..i whatever SK is); o[i, :] = sum over j of softmax_j(s[i, :]) * v[j, :], the softmax numerically stable (row max subtracted). A row with no key left (every score -inf, or SK = 0) gives zeros, as PyTorch's math backend (_safe_softmax). f16 is stored as half and computed in float. The eager function's scale defaults to 1 / sqrt(D); it takes a boolean mask as PyTorch's (cast to the dtype, bool_mask = 1; see docs/calling.md, "Attention")
 
-    Inputs: q [B, H, SQ, D] (f32|f64|f16), k [B, HK, SK, D] (f32|f64|f16), v [B, HK, SK, DV] (f32|f64|f16), mask [B, H, SQ, SK] (f32|f64|f16; broadcasts; optional, default all 0).
-    Returns: o [B, H, SQ, DV] (f32|f64|f16).
+    Inputs: q [B, H, SQ, D] (f32|f64|f16; row|bshd-major), k [B, HK, SK, D] (f32|f64|f16; row|bshd-major), v [B, HK, SK, DV] (f32|f64|f16; row|bshd-major), mask [B, H, SQ, SK] (f32|f64|f16; broadcasts; optional, default all 0).
+    Returns: o [B, H, SQ, DV] (f32|f64|f16; row|bshd-major).
     Calling convention: attention (PyTorch's scaled_dot_product_attention: q is (B, H, SQ, D) and k, v are (B, HK, SK, D) and (B, HK, SK, DV), or all without heads (B, S, D); HK < H (a divisor) needs enable_gqa=True; mask (bool: False masks out, or additive of q's dtype) broadcasts to (B, H, SQ, SK); causal is top-left aligned; scale defaults to 1 / sqrt(D); softcap > 0 caps the scores at softcap * tanh(s / softcap); a row without any key left gives zeros).
     Spec: specs/attention.yaml.
     """

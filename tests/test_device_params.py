@@ -75,7 +75,7 @@ BLOCKED = [
     ("gemm__cpu_packed__f32__a_row__b_row", "MR", "NR", "VW"),
     ("conv2d__cpu_packed__f32__x_row__y_row", "MR", "NR", "VW"),
     ("conv2d__cpu_im2col__f32__x_row__y_row", "MR", "NR", "VW"),
-    ("attention__cpu_flash__f32", "MR", "NR", "VW"),
+    ("attention__cpu_flash__f32__q_row__k_row__v_row__o_row", "MR", "NR", "VW"),
     ("matmul__cpu_blocked__f32__a_row__b_row", "TM", "TN", "VW"),
     ("matmul__cpu_blocked__f64__a_row__b_row", "TM", "TN", "VW"),
 ]
@@ -197,7 +197,10 @@ def test_mobile_gpus_get_the_tiled_variants_within_their_limits(
         assert chosen and "generic" not in chosen, (op, chosen)
 
 
-BLOCKED_GPU = ("matmul__gpu_tiled__f32__a_row__b_row", "attention__gpu_tiled__f32")
+BLOCKED_GPU = (
+    "matmul__gpu_tiled__f32__a_row__b_row",
+    "attention__gpu_tiled__f32__q_row__k_row__v_row__o_row",
+)
 
 
 def test_small_gpus_get_smaller_tiles() -> None:

@@ -13,6 +13,7 @@ from clforge.generated import ops
 
 from clforge.call.dispatcher import dispatcher
 from clforge.call.eager import eager_plan, prepare
+from clforge.call.explain import explain
 from clforge.call.selection import select
 from clforge.device.profile import DeviceProfile
 from clforge.device.profile_files import find_profile
@@ -185,9 +186,18 @@ def test_f16_and_f64(dtype) -> None:
 @pytest.mark.parametrize(
     ("instance", "params"),
     [
-        ("attention__cpu_flash__f32", {"MR": 4, "NR": 48, "VW": 16, "OV": 2}),
-        ("attention__cpu_flash__f32", {"MR": 8, "NR": 32, "VW": 8, "OV": 2}),
-        ("attention__cpu_flash64__f64", {"MR": 4, "NR": 24, "VW": 4, "OV": 2}),
+        (
+            "attention__cpu_flash__f32__q_row__k_row__v_row__o_row",
+            {"MR": 4, "NR": 48, "VW": 16, "OV": 2},
+        ),
+        (
+            "attention__cpu_flash__f32__q_row__k_row__v_row__o_row",
+            {"MR": 8, "NR": 32, "VW": 8, "OV": 2},
+        ),
+        (
+            "attention__cpu_flash64__f64__q_row__k_row__v_row__o_row",
+            {"MR": 4, "NR": 24, "VW": 4, "OV": 2},
+        ),
     ],
 )
 def test_the_flash_routine_is_right_with_other_blocks(runtime, instance, params) -> None:
@@ -285,6 +295,56 @@ def test_bad_calls(call, message: str) -> None:
 DIMS = {"B": 1, "H": 8, "HK": 2, "SQ": 128, "SK": 128, "D": 64, "DV": 64}
 
 
+def _interleaved(t) -> bool:
+    """Whether (B, H, S, D) array `t` holds its heads interleaved (B, S, H, D in memory)."""
+    return t.shape[1] > 1 and t.shape[2] > 1 and t.strides[1] < t.strides[2]
+
+
+@pytest.mark.parametrize("which", ["qkv", "q", "kv", ""])
+@pytest.mark.parametrize(("sq", "sk", "h", "hk"), [(1, 1, 1, 1), (37, 37, 3, 3), (29, 53, 4, 2)])
+def test_heads_interleaved_views_are_read_and_written_in_place(which, sq, sk, h, hk) -> None:
+    """PyTorch's heads, x.view(B, S, H, D).transpose(1, 2), reach the kernel as they are (the
+    bshd layout), from the host and as device views; the output follows q's layout."""
+    b, d = 2, 16
+    queue = dispatcher().runtime.queue
+
+    def heads(s: int, n: int, tensor: str) -> tuple[np.ndarray, cla.Array]:
+        x = rng.standard_normal((b, s, n, d)).astype(F)
+        if tensor in which:  # the view, host and device
+            return x.transpose(0, 2, 1, 3), cla.to_device(queue, x).transpose((0, 2, 1, 3))
+        y = np.ascontiguousarray(x.transpose(0, 2, 1, 3))
+        return y, cla.to_device(queue, y)
+
+    (q, dq), (k, dk), (v, dv) = heads(sq, h, "q"), heads(sk, hk, "k"), heads(sk, hk, "v")
+    gqa = {"enable_gqa": True} if hk != h else {}
+    rep = h // hk
+    want = _want(q, np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1), causal=True)
+    got = ops.attention(q, k, v, causal=True, **gqa)
+    assert _interleaved(got) == ("q" in which and _interleaved(q))
+    _close(np.asarray(got), want)
+    out = ops.attention(dq, dk, dv, causal=True, **gqa)
+    assert _interleaved(out) == _interleaved(got)
+    host = (
+        out.transpose((0, 2, 1, 3)).get().transpose(0, 2, 1, 3) if _interleaved(out) else out.get()
+    )
+    _close(host, want)
+    chosen = explain("attention", dq, dk, dv, causal=True, **gqa).selection.chosen
+    assert chosen is not None and chosen.instance is not None
+    for t, tensor in zip((dq, dk, dv), "qkv", strict=True):
+        assert (f"__{tensor}_bshd" in chosen.instance) == _interleaved(t), chosen.instance
+
+
+def test_explain_takes_the_eager_calls_arguments() -> None:
+    """`explain` spells a call as the eager function does: optional inputs left off or given by
+    name, and the convention's own parameters (attention's causal as a bool)."""
+    q, k, v = _inputs(1, 2, 5, 5, 8, 8)
+    for e in (
+        explain("attention", q, k, v, causal=True),
+        explain("attention", q, k, v, mask=q[0, 0, :, :5]),
+    ):
+        assert e.selection.chosen is not None and e.selection.chosen.instance is not None
+
+
 def _chosen(profile, dtype: str, dims=DIMS) -> str | None:
     c = select(REG, profile, "attention", dtype, {}, dims).chosen
     return c.instance if c else None
@@ -303,10 +363,13 @@ def _chosen(profile, dtype: str, dims=DIMS) -> str | None:
 def test_choice_on_each_profile(profile, f32: str, f64: str | None, f16: str) -> None:
     p = find_profile(profile) if isinstance(profile, str) else profile
     for dtype, variant in (("f32", f32), ("f64", f64), ("f16", f16)):
-        want = f"attention__{variant}__{dtype}" if variant else None
+        want = f"attention__{variant}__{dtype}__q_row__k_row__v_row__o_row" if variant else None
         assert _chosen(p, dtype) == want
 
 
 def test_head_dims_past_the_gpu_tile_fall_back() -> None:
     dims = {**DIMS, "D": 256}
-    assert _chosen(find_profile("nvidia-h100"), "f32", dims) == "attention__generic__f32"
+    assert (
+        _chosen(find_profile("nvidia-h100"), "f32", dims)
+        == "attention__generic__f32__q_row__k_row__v_row__o_row"
+    )

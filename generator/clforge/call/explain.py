@@ -16,8 +16,10 @@ import pyopencl as cl
 from clforge.call.binding import bind, call_types
 from clforge.call.eager import prepare, take_views
 from clforge.call.selection import Selection
+from clforge.conventions import CONVENTIONS
 from clforge.interop.intake import intake
 from clforge.params.lookup import Choice, not_borrowed
+from clforge.registry.records import OpSig
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,15 @@ class Explanation:
         return "\n".join(lines)
 
 
+def _as_eager(sig: OpSig, inputs: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The inputs as the eager function takes them: optional ones given by name (popped from
+    `kwargs`) or left off the end are None (a fixed-arity op only)."""
+    if CONVENTIONS[sig.call].variadic:
+        return inputs
+    rest = sig.inputs[len(inputs) :]
+    return (*inputs, *(kwargs.pop(t.name, None) for t in rest))
+
+
 def explain(
     op: str, *inputs: Any, queue: cl.CommandQueue | None = None, **kwargs: Any
 ) -> Explanation:
@@ -69,7 +80,11 @@ def explain(
     if taken is not None:
         inputs, queue = taken.inputs, taken.queue or queue
     sig = d0.registry.op(op)
-    attr_names = {a.name for a in sig.attrs}
+    inputs = _as_eager(sig, inputs, kwargs)
+    # as the eager function splits them: its convention's parameters (attention's `causal`,
+    # which it turns into the attribute), then the op's attributes
+    conv_params = {p.name for p in CONVENTIONS[sig.call].params(sig)}
+    attr_names = {a.name for a in sig.attrs} - conv_params
     attrs = {k: v for k, v in kwargs.items() if k in attr_names}
     options = {k: v for k, v in kwargs.items() if k not in attr_names}
     seen = take_views(dispatcher(queue), op, inputs, copy=False)  # describes, copies nothing

@@ -2,7 +2,9 @@
 
 A layout names a memory order of the logical axes (outermost first): `row` is C order; `col`
 swaps the last two axes (Fortran order for a matrix); `nhwc` stores a logical N, C, H, W tensor
-channels-last. Strides, the detection of an array's layout, and the templates' index macros all
+channels-last; `bshd` stores a logical B, H, S, D tensor (attention's heads) as B, S, H, D, the
+memory of PyTorch's ``x.view(B, S, H, D).transpose(1, 2)`` and of a model's heads before their
+permute. Strides, the detection of an array's layout, and the templates' index macros all
 derive from this table.
 """
 
@@ -37,12 +39,19 @@ def _nhwc(rank: int) -> tuple[int, ...]:
     return (0, 2, 3, 1)
 
 
+def _bshd(rank: int) -> tuple[int, ...]:
+    return (0, 2, 1, 3)
+
+
 LAYOUTS: dict[str, LayoutKind] = {
     k.name: k
     for k in (
         LayoutKind("row", 0, None, _row, "row-major (C order)"),
         LayoutKind("col", 2, None, _col, "the last two axes swapped in memory (Fortran order)"),
         LayoutKind("nhwc", 4, 4, _nhwc, "a logical N, C, H, W tensor stored channels-last"),
+        LayoutKind(
+            "bshd", 4, 4, _bshd, "a logical B, H, S, D tensor stored as B, S, H, D (heads inner)"
+        ),
     )
 }
 LAYOUT_NAMES: tuple[str, ...] = tuple(LAYOUTS)

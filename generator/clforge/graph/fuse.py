@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from clforge.core.dtypes import DTYPES
 from clforge.graph.dims import shape_str
 from clforge.graph.fused_kernel import FusedKernel, describe, elementwise_kind
+from clforge.graph.layouts import Folded
 from clforge.graph.records import GraphIR, Node
 from clforge.registry.loader import Registry
 
@@ -48,12 +49,16 @@ class Group:
 class Fused:
     groups: tuple[Group, ...]
     notes: tuple[str, ...] = ()  # why nodes that could have been fused were not
+    folds: tuple[str, ...] = ()  # permutes folded into their readers' or writers' layouts
+    folded: int = 0  # permute nodes those folds removed
 
     def lines(self, ir: GraphIR | None = None) -> list[str]:
-        before = sum(len(g.nodes) for g in self.groups)
+        before = sum(len(g.nodes) for g in self.groups) + self.folded
         out = [
             f"launch steps per call: {before} before fusion (one per node), "
-            f"{len(self.groups)} after ({sum(g.fused for g in self.groups)} fused groups)"
+            f"{len(self.groups)} after ({sum(g.fused for g in self.groups)} fused groups"
+            + (f", {self.folded} permutes folded into layouts)" if self.folded else ")"),
+            *(f"fold: {ln}" for ln in self.folds),
         ]
         for i, g in enumerate(self.groups):
             nodes = ", ".join(map(str, g.nodes))
@@ -87,9 +92,10 @@ def _consumers(ir: GraphIR) -> dict[int, list[int]]:
     return out
 
 
-def fuse(ir: GraphIR, registry: Registry | None = None) -> Fused:
-    """The stage. Without a registry (or with fusion off) every node that launches kernels is a
-    group of its own (views launch none)."""
+def fuse(ir: GraphIR, registry: Registry | None = None, folded: Folded | None = None) -> Fused:
+    """The stage, on `ir` after `folded`'s permute folds (graph/layouts.py). Without a registry
+    (or with fusion off) every node that launches kernels is a group of its own (views launch
+    none)."""
     nodes = [n for n in ir.nodes if not n.view]
     if registry is None:
         return Fused(tuple(Group((n.id,), "alone") for n in nodes))
@@ -219,7 +225,8 @@ def fuse(ir: GraphIR, registry: Registry | None = None) -> Fused:
         dtypes = sorted({DTYPES[ir.value(v).dtype].name for n in ops for v in n.output_ids()})
         why = f"elementwise chain, {shape_str(ir.value(ops[-1].output_ids()[0]).shape)}"
         groups.append(Group(tuple(ids), f"{why} {'/'.join(dtypes)}", kernel))
-    return Fused(_ordered(ir, groups, maker), tuple(notes))
+    folds, removed = (folded.log, folded.removed) if folded is not None else ((), 0)
+    return Fused(_ordered(ir, groups, maker), tuple(notes), folds, removed)
 
 
 def _boundary(

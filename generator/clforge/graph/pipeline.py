@@ -10,6 +10,7 @@ from clforge.graph.artifact import Model
 from clforge.graph.buffers import plan_buffers
 from clforge.graph.fuse import fuse
 from clforge.graph.guards import guards_of
+from clforge.graph.layouts import Folded, fold_layouts
 from clforge.graph.plan import Plan
 from clforge.graph.records import GraphIR
 from clforge.graph.schedule import schedule
@@ -24,10 +25,11 @@ def lower(ir: GraphIR, queue: Any = None, *, fusion: bool = True) -> Model:
     guards = guards_of(ir)
     simple = simplify(ir)
     d = dispatcher(queue)
-    fused = fuse(simple.ir, d.registry if fusion else None)
-    selections = select_nodes(simple.ir, d)
-    buffers = plan_buffers(simple.ir, fused)
-    steps = schedule(simple.ir, buffers, fused)
+    folded = fold_layouts(simple.ir, d.registry) if fusion else Folded(simple.ir, ())
+    fused = fuse(folded.ir, d.registry if fusion else None, folded)
+    selections = select_nodes(folded.ir, d)
+    buffers = plan_buffers(folded.ir, fused)
+    steps = schedule(folded.ir, buffers, fused)
     captured = GraphIR(ir.name, ir.values, ir.nodes, ir.inputs, ir.outputs, ir.guards, {})
-    plan = Plan(captured, guards, simple.ir, simple.log, fused, selections, buffers, steps)
+    plan = Plan(captured, guards, folded.ir, simple.log, fused, selections, buffers, steps)
     return Model(plan, queue)

@@ -51,6 +51,9 @@ class Node:
     attrs: tuple[tuple[str, float | int], ...] = ()  # the op's attributes (convention's included)
     canonical: tuple[tuple[str, tuple[Dim, ...]], ...] = ()  # tensor -> the kernel's shape
     dims: tuple[tuple[str, Dim], ...] = ()  # the op's dims (derived ones included)
+    # tensors whose buffer holds them in another layout than row-major (a permute folded into
+    # the kernel, graph/layouts.py): the buffer's own shape is that layout's memory order
+    layouts: tuple[tuple[str, str], ...] = ()
 
     @property
     def view(self) -> bool:

@@ -49,10 +49,11 @@ class NodeSelection:
 
 
 def layouts_of(node: Node) -> dict[str, str]:
-    """The kernel layouts of a node's inputs: every graph buffer is row-major; gemm's
-    ``trans_a``/``trans_b`` read the same memory col-major."""
+    """The kernel layouts of a node's tensors: every graph buffer is row-major in its own shape;
+    gemm's ``trans_a``/``trans_b`` read the same memory col-major, and a folded permute's
+    tensor is read or written in the layout it names (``Node.layouts``)."""
     opts = dict(node.options)
-    out = {t: "row" for t, v in node.inputs}
+    out = {t: "row" for t, _ in (*node.inputs, *node.outputs)} | dict(node.layouts)
     for name, flag in (("a", "trans_a"), ("b", "trans_b")):
         if node.op == "gemm" and opts.get(flag):
             out[name] = "col"

@@ -27,6 +27,7 @@ from clforge.conventions import CONVENTIONS
 from clforge.conventions.base import Canonical
 from clforge.errors import CallError, GraphError
 from clforge.graph.dims import Dim, shape_str
+from clforge.graph.layouts import logical_shape
 from clforge.graph.records import GraphIR, Node, Value
 from clforge.registry.records import OpSig
 
@@ -343,10 +344,14 @@ def canonical_at(
     `bool_mask=1`, which the probes do not show), the convention gives those left off the node
     (a scale computed from a symbolic head size)."""
     given: dict[str, Any] = {}
+    lays = dict(node.layouts)
     for tensor, vid in node.inputs:
         if vid is not None:
             v = ir.value(vid)
-            given[tensor] = probe_array(tuple(x.evaluate(env) for x in v.shape), v.dtype)
+            shape = tuple(x.evaluate(env) for x in v.shape)
+            if tensor in lays:  # a folded permute: the buffer is the layout's memory order
+                shape = logical_shape(shape, lays[tensor])
+            given[tensor] = probe_array(shape, v.dtype)
     canon = CONVENTIONS[sig.call].canonical(
         sig, {t.name: given.get(t.name) for t in sig.inputs}, dict(node.options)
     )
