@@ -36,7 +36,9 @@ def test_built_directly_and_imported_give_the_same_plan(kind):
     ops = [node.op for node in direct.plan.ir.nodes]
     if kind == "block":
         assert ops.count("layer_norm") == 2 and ops.count("attention") == 1
-        assert ops.count("gemm") == 6
+        # q, k and v one matmul (sibling gemms merged), the heads permutes folded into
+        # attention's layouts
+        assert ops.count("gemm") == 3 and ops.count("matmul") == 1 and "permute" not in ops
     else:
         assert ops == ["gemm", "gelu", "gemm"]
 

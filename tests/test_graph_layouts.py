@@ -67,7 +67,7 @@ def test_the_heads_permutes_fold_into_attention(s: int) -> None:
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(got), np.asarray(plain), rtol=1e-6, atol=1e-7)
     text = model.explain(file=None)
-    assert "4 permutes folded into layouts" in text
+    assert "1 after (0 fused groups, 1 rewrites)" in text
     assert "writes o in bshd as permute_3 (node 7's permute)" in text
     assert "attention__cpu_flash__f32__q_bshd__k_bshd__v_bshd__o_bshd" in text
 

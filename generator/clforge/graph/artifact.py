@@ -304,7 +304,8 @@ class Model:
         rt = d.runtime
         # slots and scratch from the runtime's pool (large blocks get huge pages, as eager
         # calls' buffers do: runtime/hugepages.py), held by the specialization
-        strided = {k: g for k, g in strided_views(ir, env).items() if not g.in_place}
+        every = strided_views(ir, env)
+        strided = {k: g for k, g in every.items() if not g.in_place}
         # steps that read constants only (gemm's pack_b of a weight) run once, here, with
         # scratch of their own; the others share one set of scratch buffers
         once = [constant_steps(p.plan, _constant_tensors(p.step, strided)) for p in prepared]
@@ -335,7 +336,13 @@ class Model:
             place = self.plan.buffers.place(vid)
             index = position[place.index] if place.kind == "input" else place.index
             shape = tuple(x.evaluate(env) for x in ir.value(vid).shape)
-            results.append((place.kind, index, shape, strided.get(vid)))
+            # a view output is taken out of its root unless it is the root's whole memory
+            view = every.get(vid)
+            whole = view is not None and view.in_place
+            if whole and view is not None:
+                root = math.prod(x.evaluate(env) for x in ir.value(view.root).shape)
+                whole = math.prod(shape) == root
+            results.append((place.kind, index, shape, None if whole else view))
         return Specialization(
             tuple(sorted(env.items())),
             tuple(prepared),

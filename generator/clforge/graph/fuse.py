@@ -49,16 +49,17 @@ class Group:
 class Fused:
     groups: tuple[Group, ...]
     notes: tuple[str, ...] = ()  # why nodes that could have been fused were not
-    folds: tuple[str, ...] = ()  # permutes folded into their readers' or writers' layouts
-    folded: int = 0  # permute nodes those folds removed
+    # the graph's rewrites before grouping: sibling gemms merged, permutes folded into layouts
+    folds: tuple[str, ...] = ()
+    before: int = 0  # nodes that launch kernels before fusion (0: those of the groups)
 
     def lines(self, ir: GraphIR | None = None) -> list[str]:
-        before = sum(len(g.nodes) for g in self.groups) + self.folded
+        before = self.before or sum(len(g.nodes) for g in self.groups)
         out = [
             f"launch steps per call: {before} before fusion (one per node), "
             f"{len(self.groups)} after ({sum(g.fused for g in self.groups)} fused groups"
-            + (f", {self.folded} permutes folded into layouts)" if self.folded else ")"),
-            *(f"fold: {ln}" for ln in self.folds),
+            + (f", {len(self.folds)} rewrites)" if self.folds else ")"),
+            *(f"rewrite: {ln}" for ln in self.folds),
         ]
         for i, g in enumerate(self.groups):
             nodes = ", ".join(map(str, g.nodes))
@@ -92,10 +93,12 @@ def _consumers(ir: GraphIR) -> dict[int, list[int]]:
     return out
 
 
-def fuse(ir: GraphIR, registry: Registry | None = None, folded: Folded | None = None) -> Fused:
-    """The stage, on `ir` after `folded`'s permute folds (graph/layouts.py). Without a registry
-    (or with fusion off) every node that launches kernels is a group of its own (views launch
-    none)."""
+def fuse(
+    ir: GraphIR, registry: Registry | None = None, folded: Folded | None = None, before: int = 0
+) -> Fused:
+    """The stage, on `ir` after `folded`'s rewrites (graph/siblings.py, graph/layouts.py) of a
+    graph that launched `before` nodes. Without a registry (or with fusion off) every node that
+    launches kernels is a group of its own (views launch none)."""
     nodes = [n for n in ir.nodes if not n.view]
     if registry is None:
         return Fused(tuple(Group((n.id,), "alone") for n in nodes))
@@ -225,8 +228,8 @@ def fuse(ir: GraphIR, registry: Registry | None = None, folded: Folded | None = 
         dtypes = sorted({DTYPES[ir.value(v).dtype].name for n in ops for v in n.output_ids()})
         why = f"elementwise chain, {shape_str(ir.value(ops[-1].output_ids()[0]).shape)}"
         groups.append(Group(tuple(ids), f"{why} {'/'.join(dtypes)}", kernel))
-    folds, removed = (folded.log, folded.removed) if folded is not None else ((), 0)
-    return Fused(_ordered(ir, groups, maker), tuple(notes), folds, removed)
+    folds = folded.log if folded is not None else ()
+    return Fused(_ordered(ir, groups, maker), tuple(notes), folds, before)
 
 
 def _boundary(

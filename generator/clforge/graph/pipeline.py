@@ -3,6 +3,7 @@ shapes and guards → simplify → fuse → select → plan buffers → schedule
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from clforge.call.dispatcher import dispatcher
@@ -15,6 +16,7 @@ from clforge.graph.plan import Plan
 from clforge.graph.records import GraphIR
 from clforge.graph.schedule import schedule
 from clforge.graph.select import select_nodes
+from clforge.graph.siblings import merge_sibling_gemms
 from clforge.graph.simplify import simplify
 
 STAGES = ("capture", "shapes and guards", "simplify", "fuse", "select", "plan buffers", "schedule")
@@ -25,8 +27,14 @@ def lower(ir: GraphIR, queue: Any = None, *, fusion: bool = True) -> Model:
     guards = guards_of(ir)
     simple = simplify(ir)
     d = dispatcher(queue)
-    folded = fold_layouts(simple.ir, d.registry) if fusion else Folded(simple.ir, ())
-    fused = fuse(folded.ir, d.registry if fusion else None, folded)
+    if fusion:
+        merged, merges = merge_sibling_gemms(simple.ir, d.registry)
+        folded = fold_layouts(merged, d.registry)
+        folded = replace(folded, log=merges + folded.log)
+    else:
+        folded = Folded(simple.ir, ())
+    before = sum(not n.view for n in simple.ir.nodes)
+    fused = fuse(folded.ir, d.registry if fusion else None, folded, before)
     selections = select_nodes(folded.ir, d)
     buffers = plan_buffers(folded.ir, fused)
     steps = schedule(folded.ir, buffers, fused)
