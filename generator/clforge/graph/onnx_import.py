@@ -559,6 +559,40 @@ def _bound(b: Dim, size: Dim) -> Dim:
     return Dim.const(min(max(out.value, 0), size.value)) if out.is_int and size.is_int else out
 
 
+def _split(im: _Importer, n: OnnxNode) -> list[Operand]:
+    """ONNX's Split of a data tensor: one view (``g.slice``) per output, of the sizes its
+    `split` input (or attribute, before opset 13) gives, else equal parts (the axis's size a
+    multiple of the outputs' count)."""
+    x = im.values[n.inputs[0]]
+    if not isinstance(x, GraphValue):
+        raise im.fail(n, "Split is taken on tensors the graph computes (a view of each part)")
+    axis = int(n.attrs.get("axis", 0))
+    if not -x.ndim <= axis < x.ndim:
+        raise im.fail(n, f"axis {axis} is out of range for an input of rank {x.ndim}")
+    axis %= x.ndim
+    size = x.shape[axis]
+    if len(n.inputs) > 1 and n.inputs[1]:
+        parts = [Dim.const(v) for v in im.ints(n, n.inputs[1], "split")]
+    elif "split" in n.attrs:
+        parts = [Dim.const(int(v)) for v in n.attrs["split"]]
+    else:
+        count = len(n.outputs)
+        if not size.is_int or size.value % count:
+            raise im.fail(n, f"an axis of size {size} does not split into {count} equal parts")
+        parts = [Dim.const(size.value // count)] * count
+    if len(parts) != len(n.outputs):
+        raise im.fail(n, f"{len(parts)} split sizes for {len(n.outputs)} outputs")
+    out: list[Operand] = []
+    lo = Dim.const(0)
+    for part in parts:
+        hi = lo + part
+        out.append(im.g.slice(x, str(lo), str(hi), axis=axis))
+        lo = hi
+    if size.is_int and lo.is_int and lo.value != size.value:
+        raise im.fail(n, f"split sizes {[str(p) for p in parts]} do not add up to {size}")
+    return out
+
+
 def _concat(im: _Importer, n: OnnxNode) -> list[Operand]:
     for k in range(len(n.inputs)):
         _data(im, n, k, "Concat is taken on shapes (folded at import) only")
@@ -663,6 +697,7 @@ HANDLERS: dict[str, Handler] = {
     "Reshape": _reshape,
     "Shape": _shape,
     "Slice": _slice,
+    "Split": _split,
     "Softmax": _softmax("softmax"),
     "Squeeze": _squeeze,
     "Transpose": _transpose,

@@ -1,10 +1,17 @@
-"""Sibling gemms merged (part of the fuse stage): gemms that read one value `a` with constant
-weights of one shape [K, N] (a transformer's q, k and v projections) become one batched matmul
-of `a` by the stacked weights [G, K, N], its bias (each gemm's `beta * bias`, stacked to
-[G, 1, N]) added in its epilogue, and each gemm's output is the matmul's block g: a slice along
-the outermost axis, read in place. One kernel (and one pack of `a`) instead of G; the merge is
-logged for `explain`. Gemms with `alpha != 1`, transposed operands or a bias of another shape
-than [N] stay as they are.
+"""Projections merged (part of the fuse stage), two forms of one rewrite:
+
+- sibling gemms: gemms that read one value `a` with constant weights of one shape [K, N] (a
+  transformer's q, k and v projections written as three);
+- a split gemm: one gemm whose output only slices read, each a part of width N along its last
+  axis, together the whole (a fused qkv projection [K, 3N] and its Split, as exporters write
+  GPT-2's `c_attn`).
+
+Either becomes one batched matmul of `a` by the weights stacked to [G, K, N], each part's
+`beta * bias` stacked to [G, 1, N] and added in the matmul's epilogue; each part is then block
+g of the result (a slice along the outermost axis and a reshape: views, read in place), so
+that a heads permute of it folds into attention (graph/layouts.py). One kernel (and one pack of
+`a`) instead of G, and no gathered column slices; each merge is logged for `explain`. Gemms
+with `alpha != 1`, transposed operands or a bias of another shape than [N] stay as they are.
 """
 
 from __future__ import annotations
@@ -119,53 +126,115 @@ def _id(v: Value | None) -> int | None:
     return None if v is None else v.id
 
 
+@dataclass(frozen=True)
+class _Part:
+    """One of the merged projections: its weight [K, N], its bias with beta applied (None: no
+    bias term), and the value its block becomes."""
+
+    weight: np.ndarray
+    bias: np.ndarray | None
+    out: int
+
+
+def _term(g: _Gemm, bias: np.ndarray) -> np.ndarray:
+    """beta * bias; beta 0 reads no bias (BLAS), so a NaN in it does not reach the result."""
+    return g.beta * bias if g.beta else np.zeros_like(bias)
+
+
+def _split_parts(ir: GraphIR, g: _Gemm, readers: list[Node]) -> list[_Part] | None:
+    """The parts of gemm `g` whose output only `readers` read, when they are slices of equal
+    width along its last axis that tile it (None otherwise)."""
+    (out,) = g.node.output_ids()
+    w = ir.constants[g.b]
+    bias = None if g.bias is None else _term(g, ir.constants[g.bias])
+    if out in ir.outputs or len(readers) < 2 or any(r.op != "slice" for r in readers):
+        return None
+    spans = []
+    for r in readers:
+        o = dict(r.options)
+        lo, hi = o["start"], o["stop"]
+        if o["axis"] != len(ir.value(out).shape) - 1 or not (lo.is_int and hi.is_int):
+            return None
+        spans.append((lo.value, hi.value, r.output_ids()[0]))
+    spans.sort()
+    width = spans[0][1] - spans[0][0]
+    if [(lo, hi) for lo, hi, _ in spans] != [
+        (k * width, (k + 1) * width) for k in range(len(spans))
+    ]:
+        return None
+    if width * len(spans) != w.shape[1]:
+        return None
+    return [_Part(w[:, lo:hi], None if bias is None else bias[lo:hi], vid) for lo, hi, vid in spans]
+
+
 def merge_sibling_gemms(ir: GraphIR, registry: Registry) -> tuple[GraphIR, tuple[str, ...]]:
-    """`ir` with every set of mergeable sibling gemms merged, and one log line per merge."""
+    """`ir` with every split gemm and every set of sibling gemms merged, and one log line per
+    merge."""
+    users: dict[int, list[Node]] = {}
+    for n in ir.nodes:
+        for v in n.input_ids():
+            users.setdefault(v, []).append(n)
+    plans: dict[int, tuple[int, list[_Part], str]] = {}  # first node -> a, parts, what merged
+    gone: set[int] = set()  # nodes the merges replace
     sets: dict[tuple[Any, ...], list[_Gemm]] = {}
     for n in ir.nodes:
-        m = _mergeable(ir, n)
-        if m is not None:
-            key = (m.a, n.dtype, ir.constants[m.b].shape, m.bias is not None)
-            sets.setdefault(key, []).append(m)
-    first = {ms[0].node.id: ms for ms in sets.values() if len(ms) > 1}
-    if not first:
+        g = _mergeable(ir, n)
+        if g is None:
+            continue
+        readers = users.get(n.output_ids()[0], [])
+        parts = _split_parts(ir, g, readers)
+        if parts is not None:
+            plans[n.id] = (g.a, parts, f"node {n.id}'s {len(parts)} column slices")
+            gone |= {n.id, *(r.id for r in readers)}
+            continue
+        key = (g.a, n.dtype, ir.constants[g.b].shape, g.bias is not None)
+        sets.setdefault(key, []).append(g)
+    for gs in sets.values():
+        if len(gs) > 1:
+            parts = [
+                _Part(
+                    ir.constants[g.b],
+                    None if g.bias is None else _term(g, ir.constants[g.bias]),
+                    g.node.output_ids()[0],
+                )
+                for g in gs
+            ]
+            gemms = ", ".join(f"node {g.node.id}" for g in gs)
+            plans[gs[0].node.id] = (gs[0].a, parts, f"the sibling gemms {gemms}")
+            gone |= {g.node.id for g in gs}
+    if not plans:
         return ir, ()
-    merged = {m.node.id for ms in first.values() for m in ms}
     b = _Builder(ir, registry)
     nodes: list[Node] = []
     log: list[str] = []
     for n in ir.nodes:
-        if n.id not in merged:
+        if n.id in plans:
+            nodes.extend(_merge(ir, b, n, *plans[n.id], log))
+        elif n.id not in gone:
             nodes.append(n)
-        elif n.id in first:
-            nodes.extend(_merge(ir, b, first[n.id], log))
     out = replace(ir, values=tuple(b.values), nodes=tuple(nodes), constants=b.constants)
     return out, tuple(log)
 
 
-def _merge(ir: GraphIR, b: _Builder, ms: list[_Gemm], log: list[str]) -> list[Node]:
-    """The nodes that replace the sibling gemms `ms` (a log line added)."""
+def _merge(
+    ir: GraphIR, b: _Builder, first: Node, a_id: int, parts: list[_Part], what: str, log: list[str]
+) -> list[Node]:
+    """The nodes that make `parts` from one matmul of value `a_id` (a log line added)."""
     b.made = []
-    a = ir.value(ms[0].a)
-    names = ir.value(ms[0].node.output_ids()[0]).name  # the merged values, after the first
-    w = b.constant(f"{names}_weights", np.stack([ir.constants[m.b] for m in ms]))
+    a = ir.value(a_id)
+    names = ir.value(first.output_ids()[0]).name  # the merged values, after the first
+    w = b.constant(f"{names}_weights", np.ascontiguousarray(np.stack([p.weight for p in parts])))
     c = b.op("matmul", {"a": a, "b": w}, f"{names}_merged")
-    if ms[0].bias is not None:
-        # beta 0 reads no bias (BLAS), so a NaN in it does not reach the result
-        biases = [ir.constants[m.bias] for m in ms if m.bias is not None]
-        terms = [
-            m.beta * t if m.beta else np.zeros_like(t) for m, t in zip(ms, biases, strict=True)
-        ]
-        stacked = np.stack(terms).astype(biases[0].dtype)
+    biases = [p.bias for p in parts if p.bias is not None]
+    if biases:
+        stacked = np.stack(biases).astype(biases[0].dtype)
         bias = b.constant(f"{names}_biases", stacked[:, None, :])
         c = b.op("add", {"a": c, "b": bias}, f"{names}_merged_biased")
-    for g, m in enumerate(ms):
-        (out,) = m.node.output_ids()
-        b.reshape_into(b.slice0(c, g), out)
-    gemms = ", ".join(f"node {m.node.id}" for m in ms)
-    shape = ir.constants[ms[0].b].shape
+    for g, p in enumerate(parts):
+        b.reshape_into(b.slice0(c, g), p.out)
+    shape = parts[0].weight.shape
     log.append(
-        f"merged {gemms} (gemm of {a.name} by {len(ms)} weights {shape}): one matmul by the "
-        f"stacked weights, its outputs blocks of {c.name}"
+        f"merged {what} (gemm of {a.name} by {len(parts)} weights {shape}): one matmul by "
+        f"the stacked weights, its outputs blocks of {c.name}"
     )
     return b.made
