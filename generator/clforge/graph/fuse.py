@@ -55,11 +55,12 @@ class Fused:
 
     def lines(self, ir: GraphIR | None = None) -> list[str]:
         before = self.before or sum(len(g.nodes) for g in self.groups)
+        made = [ln for ln in self.folds if not ln.startswith("not ")]  # the others say why not
         out = [
             f"launch steps per call: {before} before fusion (one per node), "
             f"{len(self.groups)} after ({sum(g.fused for g in self.groups)} fused groups"
-            + (f", {len(self.folds)} rewrites)" if self.folds else ")"),
-            *(f"rewrite: {ln}" for ln in self.folds),
+            + (f", {len(made)} rewrites)" if made else ")"),
+            *(ln if ln.startswith("not ") else f"rewrite: {ln}" for ln in self.folds),
         ]
         for i, g in enumerate(self.groups):
             nodes = ", ".join(map(str, g.nodes))

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from clforge.call.dispatcher import dispatcher
+from clforge.call.views import alignment
 from clforge.graph.artifact import Model
 from clforge.graph.buffers import plan_buffers
 from clforge.graph.fuse import fuse
@@ -28,7 +29,7 @@ def lower(ir: GraphIR, queue: Any = None, *, fusion: bool = True) -> Model:
     simple = simplify(ir)
     d = dispatcher(queue)
     if fusion:
-        merged, merges = merge_sibling_gemms(simple.ir, d.registry)
+        merged, merges = merge_sibling_gemms(simple.ir, d.registry, alignment(d.runtime))
         folded = fold_layouts(merged, d.registry)
         folded = replace(folded, log=merges + folded.log)
     else:

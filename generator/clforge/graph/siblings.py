@@ -167,15 +167,19 @@ def _split_parts(ir: GraphIR, g: _Gemm, readers: list[Node]) -> list[_Part] | No
     return [_Part(w[:, lo:hi], None if bias is None else bias[lo:hi], vid) for lo, hi, vid in spans]
 
 
-def merge_sibling_gemms(ir: GraphIR, registry: Registry) -> tuple[GraphIR, tuple[str, ...]]:
+def merge_sibling_gemms(
+    ir: GraphIR, registry: Registry, align: int = 1
+) -> tuple[GraphIR, tuple[str, ...]]:
     """`ir` with every split gemm and every set of sibling gemms merged, and one log line per
-    merge."""
+    merge. A merge is made only where a part's rows are a multiple of `align` bytes (the
+    device's sub-buffer alignment), so that every block is read in place at any size; the log
+    says where it was not."""
     users: dict[int, list[Node]] = {}
     for n in ir.nodes:
         for v in n.input_ids():
             users.setdefault(v, []).append(n)
-    plans: dict[int, tuple[int, list[_Part], str]] = {}  # first node -> a, parts, what merged
-    gone: set[int] = set()  # nodes the merges replace
+    # first node -> `a`, the parts, what merged, the nodes the merge replaces
+    plans: dict[int, tuple[int, list[_Part], str, set[int]]] = {}
     sets: dict[tuple[Any, ...], list[_Gemm]] = {}
     for n in ir.nodes:
         g = _mergeable(ir, n)
@@ -184,8 +188,8 @@ def merge_sibling_gemms(ir: GraphIR, registry: Registry) -> tuple[GraphIR, tuple
         readers = users.get(n.output_ids()[0], [])
         parts = _split_parts(ir, g, readers)
         if parts is not None:
-            plans[n.id] = (g.a, parts, f"node {n.id}'s {len(parts)} column slices")
-            gone |= {n.id, *(r.id for r in readers)}
+            what = f"node {n.id}'s {len(parts)} column slices"
+            plans[n.id] = (g.a, parts, what, {n.id, *(r.id for r in readers)})
             continue
         key = (g.a, n.dtype, ir.constants[g.b].shape, g.bias is not None)
         sets.setdefault(key, []).append(g)
@@ -199,17 +203,26 @@ def merge_sibling_gemms(ir: GraphIR, registry: Registry) -> tuple[GraphIR, tuple
                 )
                 for g in gs
             ]
-            gemms = ", ".join(f"node {g.node.id}" for g in gs)
-            plans[gs[0].node.id] = (gs[0].a, parts, f"the sibling gemms {gemms}")
-            gone |= {g.node.id for g in gs}
+            what = "the sibling gemms " + ", ".join(f"node {g.node.id}" for g in gs)
+            plans[gs[0].node.id] = (gs[0].a, parts, what, {g.node.id for g in gs})
+    log: list[str] = []
+    for first, (_, parts, what, _) in list(plans.items()):
+        row = parts[0].weight.shape[1] * parts[0].weight.dtype.itemsize
+        if row % align:
+            log.append(
+                f"not merged: {what}: a part's row of {row} bytes is not a multiple of the "
+                f"device's {align}-byte sub-buffer alignment (its blocks would be copied)"
+            )
+            del plans[first]
     if not plans:
-        return ir, ()
+        return ir, tuple(log)
+    gone = {nid for *_, replaced in plans.values() for nid in replaced}
     b = _Builder(ir, registry)
     nodes: list[Node] = []
-    log: list[str] = []
     for n in ir.nodes:
         if n.id in plans:
-            nodes.extend(_merge(ir, b, n, *plans[n.id], log))
+            a, parts, what, _ = plans[n.id]
+            nodes.extend(_merge(ir, b, n, a, parts, what, log))
         elif n.id not in gone:
             nodes.append(n)
     out = replace(ir, values=tuple(b.values), nodes=tuple(nodes), constants=b.constants)
