@@ -105,3 +105,39 @@ def test_the_folds_are_saved_and_loaded(tmp_path) -> None:
     loaded = clforge.load(path)
     assert _launched(loaded) == ["attention"]
     np.testing.assert_array_equal(np.asarray(loaded(x, y, z)), want)
+
+
+def test_channels_last_permutes_fold_into_conv2d() -> None:
+    """An NHWC model around an NCHW conv (the permutes an exporter writes): conv2d reads the
+    NHWC input in place and writes its output channels-last (the nhwc layout), no permute
+    kernel; against NumPy and the unfused graph."""
+    g = Graph("nhwc")
+    x = g.input("x", TensorType("f32", ("N", 9, 7, 5)))
+    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
+    nchw = g.ops.permute(x, axes=(0, 3, 1, 2))
+    y = g.ops.conv2d(nchw, g.constant(w), padding=1)
+    g.output(g.ops.permute(y, axes=(0, 2, 3, 1)))
+    model = g.compile()
+    assert _launched(model)[-1] == "conv2d" and "permute" not in _launched(model)
+    node = next(n for n in model.plan.ir.nodes if n.op == "conv2d")
+    assert dict(node.layouts) == {"x": "nhwc", "y": "nhwc"}
+    for n in (1, 2, 0):
+        xv = rng.standard_normal((n, 9, 7, 5)).astype(np.float32)
+        want = expected(
+            REG.op("conv2d"),
+            {"x": xv.transpose(0, 3, 1, 2), "w": w, "bias": np.zeros(6, np.float32)},
+            {
+                "stride_h": 1,
+                "stride_w": 1,
+                "pad_h": 1,
+                "pad_w": 1,
+                "dil_h": 1,
+                "dil_w": 1,
+                "groups": 1,
+            },
+        )["y"].transpose(0, 2, 3, 1)
+        got = np.asarray(model(xv))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            got, np.asarray(g.compile(fusion=False)(xv)), rtol=1e-5, atol=1e-6
+        )

@@ -31,8 +31,16 @@ def _axes(n: Node, rank: int) -> tuple[int, ...] | None:
     return None if axes is None else tuple(a % rank for a in axes)
 
 
+def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
+    out = [0] * len(axes)
+    for k, a in enumerate(axes):
+        out[a] = k
+    return tuple(out)
+
+
 def _layout_for(tensors: dict[str, tuple[str, ...]], name: str, axes: tuple[int, ...]) -> str:
-    """The layout of tensor `name` whose memory order is `axes` ("" if none)."""
+    """The layout of tensor `name` whose memory order (logical axes, outermost first) is `axes`
+    ("" if none)."""
     for lay in tensors.get(name, ()):
         kind = LAYOUTS[lay]
         if lay != "row" and kind.fits(len(axes)) and kind.order(len(axes)) == axes:
@@ -75,7 +83,9 @@ def fold_layouts(ir: GraphIR, registry: Registry) -> Folded:
         for t, vid in n.inputs:
             p = maker.get(vid) if vid is not None else None
             axes = _axes(p, len(ir.value(vid).shape)) if p is not None and vid is not None else None
-            lay = _layout_for(tensors, t, axes) if axes is not None else ""
+            # the permute's result read from its source's memory: source axis k holds result
+            # axis inverse(axes)[k], so that is the memory order the node reads
+            lay = _layout_for(tensors, t, _inverse(axes)) if axes is not None else ""
             if p is not None and lay and t not in lays:
                 (src,) = p.input_ids()
                 inputs[t], lays[t] = src, lay
@@ -84,6 +94,7 @@ def fold_layouts(ir: GraphIR, registry: Registry) -> Folded:
             readers = users.get(vid, [])
             p = readers[0] if len(readers) == 1 else None
             axes = _axes(p, len(ir.value(vid).shape)) if p is not None else None
+            # the permute's row-major result holds the node's axes in the order `axes`
             lay = _layout_for(tensors, t, axes) if axes is not None else ""
             if p is not None and lay and t not in lays and vid not in ir.outputs:
                 (dst,) = p.output_ids()
