@@ -199,3 +199,18 @@ def test_a_result_that_would_alias_its_input_is_a_copy(clf: object) -> None:
     y = torch.ops.clforge.sum(x, [])  # reduces nothing
     torch.testing.assert_close(y, x)
     assert y.data_ptr() != x.data_ptr() or math.prod(x.shape) == 0
+
+
+@pytest.mark.parametrize("s", [1, 13])
+def test_heads_as_pytorch_transposes_them(s: int) -> None:
+    """q, k, v as PyTorch code makes them, x.view(B, S, H, D).transpose(1, 2): read as the bshd
+    layout, the output with q's strides (as scaled_dot_product_attention gives it)."""
+    q, k, v = (rand(2, s, 3, 16).transpose(1, 2) for _ in range(3))
+    got = ops.attention(q, k, v, causal=True)
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert isinstance(got, torch.Tensor) and got.shape == want.shape
+    # q's memory order (axes of size 1 have no stride that matters)
+    assert [st for st, n in zip(got.stride(), got.shape, strict=True) if n > 1] == [
+        st for st, n in zip(q.stride(), q.shape, strict=True) if n > 1
+    ]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
