@@ -5905,7 +5905,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'bshd'), ('v', 'bshd'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -6080,10 +6080,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_bshd__k_bshd__v_bshd__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='43a3bb939b857209fdcd63f08f811e7a2095f46b5873b86c126124dcb6ba82d3',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='f934e36e635a48a65161a3b500e3363056ac93738b0ea48c7ba06a619bed6bc9',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -6452,7 +6462,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'bshd'), ('v', 'bshd'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -6627,10 +6637,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_bshd__k_bshd__v_bshd__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='d683a4444e83008e1c748ea3b53fa7a83cf9e4bb81b051abab97c4b66fe067c4',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='2ff0d9801a19faf0d5b0e5cb9fb39f4d5c1a56ff281ea48033713f2e6260e5ba',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -6999,7 +7019,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'bshd'), ('v', 'row'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -7174,10 +7194,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_bshd__k_bshd__v_row__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='f242821dadb1947d6226176bea5912ba5fe6cb0582e8dfa7a1864d22aca3e0de',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='71ce117be93af831394f5bd9a43ff0796d09aeb38a32a5572127af487f4996bd',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -7546,7 +7576,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'bshd'), ('v', 'row'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -7721,10 +7751,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_bshd__k_bshd__v_row__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='5ac9bdfe39488ae935a13160916d19c4d2679c861e6479205d4134e19df9483b',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='f592143130a908d3e9b7d116e8986d7e0ebf1322134e65242a9eaa7b809fa29d',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -8093,7 +8133,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'row'), ('v', 'bshd'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -8268,10 +8308,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_bshd__k_row__v_bshd__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='9682f9db9eb57fa297a842b57f2dfc02dd006ec31dbd19542e0f8217d61db0e2',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='ffbcaf98b326a31a83adf64a03eec442a8359d81690ac7a8289c600fc028372f',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -8640,7 +8690,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'row'), ('v', 'bshd'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -8815,10 +8865,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_bshd__k_row__v_bshd__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='5b61ad5dd444b73f351965f2a11a8ff3cbefaea380d1eef356d758e3bb18d334',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='fd0bcd95aceb0760ebb06d9651b7cbb69495dc0a3c474b29f6155cf0093eb1b6',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -9187,7 +9247,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'row'), ('v', 'row'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -9362,10 +9422,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_bshd__k_row__v_row__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='c6a3b50ee0c4b38833b0caf8f8a35dc24960d1834d124553562f26971a754096',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='ddfb488b211dd94472128dc98f1a6dd160db2749e5038c051ede94815a3b488c',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -9734,7 +9804,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'row'), ('v', 'row'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -9909,10 +9979,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_bshd__k_row__v_row__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='7c8a707767425277f7c2e72d250f4b488e01f92501a3ff729aa5aeaebcb6b249',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='6b88a70f1e92e3bcf946af2437cd6fb5437ae178566da103ebebbcbbbde2ad4a',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -10281,7 +10361,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'bshd'), ('v', 'bshd'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -10456,10 +10536,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_row__k_bshd__v_bshd__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='ff0d5b5ce2a4eaa54d5ef09ced4d608e7b78a135bd384d7514c9bef4d120d6f3',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='b9ce0999c7479f6e4bc02b7b822fb59ba6d0852fde0892cdfe086d29e427503e',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -10828,7 +10918,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'bshd'), ('v', 'bshd'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -11003,10 +11093,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_row__k_bshd__v_bshd__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='b4ef278f638c27e99d1a60b736bcc744941065346afac2457d984ec80fd23f75',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='fd3792dbac779fa1f90e18c6a6dcf59f078339d1078807275f53ce057da920f1',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -11375,7 +11475,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'bshd'), ('v', 'row'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -11550,10 +11650,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_row__k_bshd__v_row__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='4cf0786730b52175b0a1f0e2d1944de630f980d2bdc6f9eec2d03601a1131a74',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='6c3af58260f8a4df201e363a5f8998548ecad29b3be3b5710e7497908f6acc9d',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -11922,7 +12032,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'bshd'), ('v', 'row'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -12097,10 +12207,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_row__k_bshd__v_row__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='8d2cc1e7b9f45055af752c7b0f332ebe32031201158230db33fc67c60c29233a',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='b670b9385be1b200ea4f5de6d0a43f841aa2c4cec157c38988a168d6c8ed4603',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -12469,7 +12589,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'row'), ('v', 'bshd'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -12644,10 +12764,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_row__k_row__v_bshd__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='db0818d114604eed4c2c53045aa5bc0eb84300d38aa7f8b358738dcba50670d1',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='468cfb0fd17dad1d3fbbe86a56fecbfb2f242fb3ba3e301e2856007c9927dfda',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -13016,7 +13146,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'row'), ('v', 'bshd'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -13191,10 +13321,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_row__k_row__v_bshd__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='7f9d65064013c79be94a6233e7e2872e3f2ffc2f294d6b0ea800ea41c5c80f5d',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='d5ffb67103bf978be1a99202ab987054577ee5c7f31070cb4395cdb6e9265446',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -13563,7 +13703,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'row'), ('v', 'row'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -13738,10 +13878,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_row__k_row__v_row__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='04a0f59b78232b9f830d5e7ef55daf5d4b50b76e5338d0ae96c234a6cd6b775c',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='cd48e603f2dc042bb372a352be8f70aed8bf724c400246c41ec11d4b8b4d73c9',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -14110,7 +14260,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'row'), ('v', 'row'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
+        params=(('CB', 4), ('MR', 6), ('NR', 16), ('OV', 4), ('VW', 8)),
         guard=None,
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -14285,10 +14435,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash64__f64__q_row__k_row__v_row__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='4682633fb817bfdec21089c45ca8a38d8d11149225de7b9ea9f0e81241364cb2',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 24, 32)), ('OV', (2, 4)), ('VW', (4, 8))),
+        sha256='239ec078f35ad0dd03e7ccb4b21018c45f5d920594b9f430c94018d72fa94f4d',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (16, 24, 32)),
+            ('OV', (2, 4)),
+            ('VW', (4, 8)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -14657,7 +14817,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'bshd'), ('v', 'bshd'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -14832,10 +14992,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_bshd__k_bshd__v_bshd__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='264766721975879c6834b362c87732f0b93e7246039285b3ae6c7112793c196c',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='679fdd0eb580582b11005e60b7c0ab02bbd312d33232178694d2f5fc9fef88be',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -15204,7 +15374,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'bshd'), ('v', 'bshd'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -15379,10 +15549,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_bshd__k_bshd__v_bshd__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='f9dec97357c14d007afbffe8ab736029465f0187eb3529e0f22de11b7e561ffa',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='116f01aa063b7d69dbac719860aa8a91218297b83c42fbd5aaab45ec5e0ed047',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -15751,7 +15931,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'bshd'), ('v', 'row'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -15926,10 +16106,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_bshd__k_bshd__v_row__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='e425b841a98ac327ffadd6c89be2a46326a0758024a68f8402f8a5bbcaffd448',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='47df7e444cda097609638dc0f90acadc5ce912d5c10a112293b96dc39e30659e',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -16298,7 +16488,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'bshd'), ('v', 'row'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -16473,10 +16663,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_bshd__k_bshd__v_row__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='d9cea253bea559cdb2f4e50f9347a9bd03aed064246a5b64188a4614fd820523',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='4eb48d5744e8588c41a475ed7d5aea3c42d4cf2507c94c104b0d5e9a42274175',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -16845,7 +17045,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'row'), ('v', 'bshd'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -17020,10 +17220,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_bshd__k_row__v_bshd__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='2cb0def286a492e93edadd01d0d3a8a43a8ed2d770333f9a28f158bac8f5e4e9',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='4d69bc526cabaabc4fc5b3e3da4df8838b96322719f5746e43af300231a87a61',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -17392,7 +17602,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'row'), ('v', 'bshd'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -17567,10 +17777,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_bshd__k_row__v_bshd__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='b9ebd82f3008d01264ca5455da672b702aee7e43f05c6f2ab495a72b42baaf2c',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='3e2c956b3c57b1e7c68721e71bec9406cc5a8567a74c0fab2e548dabc56ea32b',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -17939,7 +18159,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'row'), ('v', 'row'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -18114,10 +18334,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_bshd__k_row__v_row__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='fa6a78b378d35886d32019bb13d3b69c60e17911fd45942e676f6a072999d42d',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='029be115a487d6e95b5bab639d8ded92652e24427ad914202327bf59abdc3a84',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -18486,7 +18716,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'bshd'), ('k', 'row'), ('v', 'row'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -18661,10 +18891,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_bshd__k_row__v_row__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='e44dcc892dbdd3ac066aeea7de1b21764c5f6029d2716299967a3d176152e472',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='f1668f64d17e7f4e5315613cb5dfc9c3b49d9e7f239ac22a3d21dd42020aaa16',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -19033,7 +19273,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'bshd'), ('v', 'bshd'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -19208,10 +19448,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_row__k_bshd__v_bshd__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='0224e08d98c26f40f68b8fcc7a7fe91414a87b771b3b54f03bc90356006f47b1',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='a26ab12474014c04845c23624f4dfa7ce46ecfb7d73b9fa6f94685b0a12b72dc',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -19580,7 +19830,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'bshd'), ('v', 'bshd'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -19755,10 +20005,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_row__k_bshd__v_bshd__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='bb4f13095228a7038a9bd4eb18013c2a7c62b12f0aac7bd4482bd4db26caf15e',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='ef3bf948f84e04a42af643acf05afc8fd161f3f5b0205fcb635c56b6a5d39869',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -20127,7 +20387,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'bshd'), ('v', 'row'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -20302,10 +20562,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_row__k_bshd__v_row__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='a253cd4cf18c3f178a1f5108248b227b31ae0a1d82db4a5bb193bd170f8f36ca',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='2d719c94590f66e015cfd1a2903c4865d4f5e8c39acb7ecc8012c4a9615b8d5f',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -20674,7 +20944,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'bshd'), ('v', 'row'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -20849,10 +21119,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_row__k_bshd__v_row__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='c74b779c804b4abf6afc08fb5cc96cddd94cb72e4d15e4070a0978a515b946ed',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='856fce61ae2618fde9272461b662df0c0be03292123eddef92b1dd7cb5982caa',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -21221,7 +21501,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'row'), ('v', 'bshd'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -21396,10 +21676,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_row__k_row__v_bshd__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='df2b7a1d48c1e7428afa7089acd405da8bb6cc96edda5d06417592830ac0dc2e',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='299230a7c0ddcfd7d98178463b299ffb533e57098a3cb83c3195f93b64240e22',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -21768,7 +22058,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'row'), ('v', 'bshd'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -21943,10 +22233,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_row__k_row__v_bshd__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='1fb7e1473eed25b77a0ac43d0d5d8ca58c08e859ad82d3bbf4ca078449c82d51',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='d019554f27a5c6fd46e971851a9a7800bc621aef5690b24ca87bbb2c93703088',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -22315,7 +22615,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'row'), ('v', 'row'), ('mask', 'row'), ('o', 'bshd')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -22490,10 +22790,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_row__k_row__v_row__o_bshd.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='e4638e8907977d142b6628da4f0adead304103d65808a915224ff4bf798d54ee',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='46d5ff10d6dbdfd53bba50f8ddd6b8f969a005eb0cb87a86fcac2c6b0c7d0876',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',
@@ -22862,7 +23172,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('q', 'row'), ('k', 'row'), ('v', 'row'), ('mask', 'row'), ('o', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
+        params=(('CB', 4), ('MR', 6), ('NR', 64), ('OV', 4), ('VW', 16)),
         guard=None,
         requires=Requirements(
             extensions=(),
@@ -23037,10 +23347,20 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/attention/attention__cpu_flash__f32__q_row__k_row__v_row__o_row.cl',
         template='attention/cpu_flash.cl.j2',
-        sha256='c62da779fc06501054c8be1f77154183cef8fbe8f7919f8fd01155d578663b90',
-        templates_sha='fcd5d578d16f1c9d9ddc791c154ac7df8c9e654bf58db563e9c3a6ce99ff631e',
-        tunables=(('MR', (4, 6, 8)), ('NR', (32, 48, 64)), ('OV', (2, 4)), ('VW', (8, 16))),
+        sha256='4252250c6dea2aaebafbeb5481ba088b89edc5b2045dae0fdf6c5ebe58ce0369',
+        templates_sha='a78e7e4509bf22ec6d85ed44388e4e055d08e924a5014f3fd510d4871cf0924e',
+        tunables=(
+            ('CB', (1, 2, 4, 8)),
+            ('MR', (4, 6, 8)),
+            ('NR', (32, 48, 64)),
+            ('OV', (2, 4)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
+            (
+                'CB',
+                'pick(pick(min(l1d_bytes, 1), 32768, l1d_bytes) / 4 / (MR * NR * dtype_bits / 8), 1, 1, 2, 2, 4, 4, 4, 4, 8)',
+            ),
             (
                 'MR',
                 'max(1, min(8, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1))',

@@ -188,15 +188,15 @@ def test_f16_and_f64(dtype) -> None:
     [
         (
             "attention__cpu_flash__f32__q_row__k_row__v_row__o_row",
-            {"MR": 4, "NR": 48, "VW": 16, "OV": 2},
+            {"MR": 4, "NR": 48, "VW": 16, "OV": 2, "CB": 1},
         ),
         (
             "attention__cpu_flash__f32__q_row__k_row__v_row__o_row",
-            {"MR": 8, "NR": 32, "VW": 8, "OV": 2},
+            {"MR": 8, "NR": 32, "VW": 8, "OV": 2, "CB": 4},
         ),
         (
             "attention__cpu_flash64__f64__q_row__k_row__v_row__o_row",
-            {"MR": 4, "NR": 24, "VW": 4, "OV": 2},
+            {"MR": 4, "NR": 24, "VW": 4, "OV": 2, "CB": 2},
         ),
     ],
 )

@@ -213,47 +213,56 @@ __kernel void attention__cpu_flash64__f64__q_bshd__k_row__v_row__o_row__compute(
        score: the softmax does not change */
     const int madd_ = (mask_s0 | mask_s1 | mask_s2 | ms3_) != 0 || SK == 0 || !((bool_mask ? ((mask[0]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[0])) > -INFINITY);
     const long8 iota_ = (long8)(0, 1, 2, 3, 4, 5, 6, 7);
-    double8 pv_[12];  /* the block's probabilities, row by row, read back by lane */
+    double8 pv_[48];  /* the block's scores, then probabilities, row by row */
     double8 mv_[2];  /* a mask row gathered element by element */
     const ACC_* ps_ = (const ACC_*)pv_;
-    for (int j0_ = 0; j0_ < nk_; j0_ += 16) {
-        __global const T_* kb_ = kp_ + (size_t)j0_ * D;
-        double8 s0_0_ = 0;
-        double8 s0_1_ = 0;
-        double8 s1_0_ = 0;
-        double8 s1_1_ = 0;
-        double8 s2_0_ = 0;
-        double8 s2_1_ = 0;
-        double8 s3_0_ = 0;
-        double8 s3_1_ = 0;
-        double8 s4_0_ = 0;
-        double8 s4_1_ = 0;
-        double8 s5_0_ = 0;
-        double8 s5_1_ = 0;
-        for (int d_ = 0; d_ < D; ++d_) {
-            const double8 k0_ = *(__global const double8*)(kb_ + (size_t)d_ * 16 + 0);
-            const double8 k1_ = *(__global const double8*)(kb_ + (size_t)d_ * 16 + 8);
-            const ACC_ q0d_ = q0_[d_];
-            s0_0_ += q0d_ * k0_;
-            s0_1_ += q0d_ * k1_;
-            const ACC_ q1d_ = q1_[d_];
-            s1_0_ += q1d_ * k0_;
-            s1_1_ += q1d_ * k1_;
-            const ACC_ q2d_ = q2_[d_];
-            s2_0_ += q2d_ * k0_;
-            s2_1_ += q2d_ * k1_;
-            const ACC_ q3d_ = q3_[d_];
-            s3_0_ += q3d_ * k0_;
-            s3_1_ += q3d_ * k1_;
-            const ACC_ q4d_ = q4_[d_];
-            s4_0_ += q4d_ * k0_;
-            s4_1_ += q4d_ * k1_;
-            const ACC_ q5d_ = q5_[d_];
-            s5_0_ += q5d_ * k0_;
-            s5_1_ += q5d_ * k1_;
-        }
-        ACC_ a0_;
-        {
+    /* the keys KB = CB * NR at a time: the scores of CB panels of NR keys (each a register
+       block), then one softmax step over all of them, then the output block */
+    for (int jb_ = 0; jb_ < nk_; jb_ += 64) {
+        const int ncb_ = min(4, (nk_ - jb_ + 15) / 16);  /* panels with keys */
+        double8 mx0_ = (double8)(-INFINITY);
+        double8 mx1_ = (double8)(-INFINITY);
+        double8 mx2_ = (double8)(-INFINITY);
+        double8 mx3_ = (double8)(-INFINITY);
+        double8 mx4_ = (double8)(-INFINITY);
+        double8 mx5_ = (double8)(-INFINITY);
+        for (int cb_ = 0; cb_ < ncb_; ++cb_) {
+            const int j0_ = jb_ + cb_ * 16;
+            __global const T_* kb_ = kp_ + (size_t)j0_ * D;
+            double8 s0_0_ = 0;
+            double8 s0_1_ = 0;
+            double8 s1_0_ = 0;
+            double8 s1_1_ = 0;
+            double8 s2_0_ = 0;
+            double8 s2_1_ = 0;
+            double8 s3_0_ = 0;
+            double8 s3_1_ = 0;
+            double8 s4_0_ = 0;
+            double8 s4_1_ = 0;
+            double8 s5_0_ = 0;
+            double8 s5_1_ = 0;
+            for (int d_ = 0; d_ < D; ++d_) {
+                const double8 k0_ = *(__global const double8*)(kb_ + (size_t)d_ * 16 + 0);
+                const double8 k1_ = *(__global const double8*)(kb_ + (size_t)d_ * 16 + 8);
+                const ACC_ q0d_ = q0_[d_];
+                s0_0_ += q0d_ * k0_;
+                s0_1_ += q0d_ * k1_;
+                const ACC_ q1d_ = q1_[d_];
+                s1_0_ += q1d_ * k0_;
+                s1_1_ += q1d_ * k1_;
+                const ACC_ q2d_ = q2_[d_];
+                s2_0_ += q2d_ * k0_;
+                s2_1_ += q2d_ * k1_;
+                const ACC_ q3d_ = q3_[d_];
+                s3_0_ += q3d_ * k0_;
+                s3_1_ += q3d_ * k1_;
+                const ACC_ q4d_ = q4_[d_];
+                s4_0_ += q4d_ * k0_;
+                s4_1_ += q4d_ * k1_;
+                const ACC_ q5d_ = q5_[d_];
+                s5_0_ += q5d_ * k0_;
+                s5_1_ += q5d_ * k1_;
+            }
             if (softcap > 0) {
                 s0_0_ = softcap * vtanh_(s0_0_ / softcap);
                 s0_1_ = softcap * vtanh_(s0_1_ / softcap);
@@ -279,21 +288,10 @@ __kernel void attention__cpu_flash64__f64__q_bshd__k_row__v_row__o_row__compute(
                 s0_0_ = iota_ + (long8)(j0_ + 0) < (long8)lim0_ ? s0_0_ : (double8)(-INFINITY);
                 s0_1_ = iota_ + (long8)(j0_ + 8) < (long8)lim0_ ? s0_1_ : (double8)(-INFINITY);
             }
-            double8 mx_ = s0_0_;
-            mx_ = s0_1_ > mx_ ? s0_1_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
-            const ACC_ mn_ = bm_ > m0_ ? bm_ : m0_;
-            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a0_ = exp_nonpos_s_(m0_ - mu_);
-            m0_ = mn_;
-            l0_ *= a0_;
-            pv_[0] = exp_nonpos_v_(s0_0_ - mu_);
-            l0_ += pv_[0];
-            pv_[1] = exp_nonpos_v_(s0_1_ - mu_);
-            l0_ += pv_[1];
-        }
-        ACC_ a1_;
-        {
+            mx0_ = s0_0_ > mx0_ ? s0_0_ : mx0_;
+            pv_[0 + cb_ * 2] = s0_0_;
+            mx0_ = s0_1_ > mx0_ ? s0_1_ : mx0_;
+            pv_[1 + cb_ * 2] = s0_1_;
             if (softcap > 0) {
                 s1_0_ = softcap * vtanh_(s1_0_ / softcap);
                 s1_1_ = softcap * vtanh_(s1_1_ / softcap);
@@ -319,21 +317,10 @@ __kernel void attention__cpu_flash64__f64__q_bshd__k_row__v_row__o_row__compute(
                 s1_0_ = iota_ + (long8)(j0_ + 0) < (long8)lim1_ ? s1_0_ : (double8)(-INFINITY);
                 s1_1_ = iota_ + (long8)(j0_ + 8) < (long8)lim1_ ? s1_1_ : (double8)(-INFINITY);
             }
-            double8 mx_ = s1_0_;
-            mx_ = s1_1_ > mx_ ? s1_1_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
-            const ACC_ mn_ = bm_ > m1_ ? bm_ : m1_;
-            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a1_ = exp_nonpos_s_(m1_ - mu_);
-            m1_ = mn_;
-            l1_ *= a1_;
-            pv_[2] = exp_nonpos_v_(s1_0_ - mu_);
-            l1_ += pv_[2];
-            pv_[3] = exp_nonpos_v_(s1_1_ - mu_);
-            l1_ += pv_[3];
-        }
-        ACC_ a2_;
-        {
+            mx1_ = s1_0_ > mx1_ ? s1_0_ : mx1_;
+            pv_[8 + cb_ * 2] = s1_0_;
+            mx1_ = s1_1_ > mx1_ ? s1_1_ : mx1_;
+            pv_[9 + cb_ * 2] = s1_1_;
             if (softcap > 0) {
                 s2_0_ = softcap * vtanh_(s2_0_ / softcap);
                 s2_1_ = softcap * vtanh_(s2_1_ / softcap);
@@ -359,21 +346,10 @@ __kernel void attention__cpu_flash64__f64__q_bshd__k_row__v_row__o_row__compute(
                 s2_0_ = iota_ + (long8)(j0_ + 0) < (long8)lim2_ ? s2_0_ : (double8)(-INFINITY);
                 s2_1_ = iota_ + (long8)(j0_ + 8) < (long8)lim2_ ? s2_1_ : (double8)(-INFINITY);
             }
-            double8 mx_ = s2_0_;
-            mx_ = s2_1_ > mx_ ? s2_1_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
-            const ACC_ mn_ = bm_ > m2_ ? bm_ : m2_;
-            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a2_ = exp_nonpos_s_(m2_ - mu_);
-            m2_ = mn_;
-            l2_ *= a2_;
-            pv_[4] = exp_nonpos_v_(s2_0_ - mu_);
-            l2_ += pv_[4];
-            pv_[5] = exp_nonpos_v_(s2_1_ - mu_);
-            l2_ += pv_[5];
-        }
-        ACC_ a3_;
-        {
+            mx2_ = s2_0_ > mx2_ ? s2_0_ : mx2_;
+            pv_[16 + cb_ * 2] = s2_0_;
+            mx2_ = s2_1_ > mx2_ ? s2_1_ : mx2_;
+            pv_[17 + cb_ * 2] = s2_1_;
             if (softcap > 0) {
                 s3_0_ = softcap * vtanh_(s3_0_ / softcap);
                 s3_1_ = softcap * vtanh_(s3_1_ / softcap);
@@ -399,21 +375,10 @@ __kernel void attention__cpu_flash64__f64__q_bshd__k_row__v_row__o_row__compute(
                 s3_0_ = iota_ + (long8)(j0_ + 0) < (long8)lim3_ ? s3_0_ : (double8)(-INFINITY);
                 s3_1_ = iota_ + (long8)(j0_ + 8) < (long8)lim3_ ? s3_1_ : (double8)(-INFINITY);
             }
-            double8 mx_ = s3_0_;
-            mx_ = s3_1_ > mx_ ? s3_1_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
-            const ACC_ mn_ = bm_ > m3_ ? bm_ : m3_;
-            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a3_ = exp_nonpos_s_(m3_ - mu_);
-            m3_ = mn_;
-            l3_ *= a3_;
-            pv_[6] = exp_nonpos_v_(s3_0_ - mu_);
-            l3_ += pv_[6];
-            pv_[7] = exp_nonpos_v_(s3_1_ - mu_);
-            l3_ += pv_[7];
-        }
-        ACC_ a4_;
-        {
+            mx3_ = s3_0_ > mx3_ ? s3_0_ : mx3_;
+            pv_[24 + cb_ * 2] = s3_0_;
+            mx3_ = s3_1_ > mx3_ ? s3_1_ : mx3_;
+            pv_[25 + cb_ * 2] = s3_1_;
             if (softcap > 0) {
                 s4_0_ = softcap * vtanh_(s4_0_ / softcap);
                 s4_1_ = softcap * vtanh_(s4_1_ / softcap);
@@ -439,21 +404,10 @@ __kernel void attention__cpu_flash64__f64__q_bshd__k_row__v_row__o_row__compute(
                 s4_0_ = iota_ + (long8)(j0_ + 0) < (long8)lim4_ ? s4_0_ : (double8)(-INFINITY);
                 s4_1_ = iota_ + (long8)(j0_ + 8) < (long8)lim4_ ? s4_1_ : (double8)(-INFINITY);
             }
-            double8 mx_ = s4_0_;
-            mx_ = s4_1_ > mx_ ? s4_1_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
-            const ACC_ mn_ = bm_ > m4_ ? bm_ : m4_;
-            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a4_ = exp_nonpos_s_(m4_ - mu_);
-            m4_ = mn_;
-            l4_ *= a4_;
-            pv_[8] = exp_nonpos_v_(s4_0_ - mu_);
-            l4_ += pv_[8];
-            pv_[9] = exp_nonpos_v_(s4_1_ - mu_);
-            l4_ += pv_[9];
-        }
-        ACC_ a5_;
-        {
+            mx4_ = s4_0_ > mx4_ ? s4_0_ : mx4_;
+            pv_[32 + cb_ * 2] = s4_0_;
+            mx4_ = s4_1_ > mx4_ ? s4_1_ : mx4_;
+            pv_[33 + cb_ * 2] = s4_1_;
             if (softcap > 0) {
                 s5_0_ = softcap * vtanh_(s5_0_ / softcap);
                 s5_1_ = softcap * vtanh_(s5_1_ / softcap);
@@ -479,21 +433,98 @@ __kernel void attention__cpu_flash64__f64__q_bshd__k_row__v_row__o_row__compute(
                 s5_0_ = iota_ + (long8)(j0_ + 0) < (long8)lim5_ ? s5_0_ : (double8)(-INFINITY);
                 s5_1_ = iota_ + (long8)(j0_ + 8) < (long8)lim5_ ? s5_1_ : (double8)(-INFINITY);
             }
-            double8 mx_ = s5_0_;
-            mx_ = s5_1_ > mx_ ? s5_1_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
+            mx5_ = s5_0_ > mx5_ ? s5_0_ : mx5_;
+            pv_[40 + cb_ * 2] = s5_0_;
+            mx5_ = s5_1_ > mx5_ ? s5_1_ : mx5_;
+            pv_[41 + cb_ * 2] = s5_1_;
+        }
+        /* one online-softmax step per row over the block's keys */
+        ACC_ a0_;
+        {
+            const ACC_ bm_ = hmax_(mx0_);
+            const ACC_ mn_ = bm_ > m0_ ? bm_ : m0_;
+            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
+            a0_ = exp_nonpos_s_(m0_ - mu_);
+            m0_ = mn_;
+            l0_ *= a0_;
+            for (int w_ = 0; w_ < ncb_ * 2; ++w_) {
+                const double8 p_ = exp_nonpos_v_(pv_[0 + w_] - mu_);
+                pv_[0 + w_] = p_;
+                l0_ += p_;
+            }
+        }
+        ACC_ a1_;
+        {
+            const ACC_ bm_ = hmax_(mx1_);
+            const ACC_ mn_ = bm_ > m1_ ? bm_ : m1_;
+            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
+            a1_ = exp_nonpos_s_(m1_ - mu_);
+            m1_ = mn_;
+            l1_ *= a1_;
+            for (int w_ = 0; w_ < ncb_ * 2; ++w_) {
+                const double8 p_ = exp_nonpos_v_(pv_[8 + w_] - mu_);
+                pv_[8 + w_] = p_;
+                l1_ += p_;
+            }
+        }
+        ACC_ a2_;
+        {
+            const ACC_ bm_ = hmax_(mx2_);
+            const ACC_ mn_ = bm_ > m2_ ? bm_ : m2_;
+            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
+            a2_ = exp_nonpos_s_(m2_ - mu_);
+            m2_ = mn_;
+            l2_ *= a2_;
+            for (int w_ = 0; w_ < ncb_ * 2; ++w_) {
+                const double8 p_ = exp_nonpos_v_(pv_[16 + w_] - mu_);
+                pv_[16 + w_] = p_;
+                l2_ += p_;
+            }
+        }
+        ACC_ a3_;
+        {
+            const ACC_ bm_ = hmax_(mx3_);
+            const ACC_ mn_ = bm_ > m3_ ? bm_ : m3_;
+            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
+            a3_ = exp_nonpos_s_(m3_ - mu_);
+            m3_ = mn_;
+            l3_ *= a3_;
+            for (int w_ = 0; w_ < ncb_ * 2; ++w_) {
+                const double8 p_ = exp_nonpos_v_(pv_[24 + w_] - mu_);
+                pv_[24 + w_] = p_;
+                l3_ += p_;
+            }
+        }
+        ACC_ a4_;
+        {
+            const ACC_ bm_ = hmax_(mx4_);
+            const ACC_ mn_ = bm_ > m4_ ? bm_ : m4_;
+            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
+            a4_ = exp_nonpos_s_(m4_ - mu_);
+            m4_ = mn_;
+            l4_ *= a4_;
+            for (int w_ = 0; w_ < ncb_ * 2; ++w_) {
+                const double8 p_ = exp_nonpos_v_(pv_[32 + w_] - mu_);
+                pv_[32 + w_] = p_;
+                l4_ += p_;
+            }
+        }
+        ACC_ a5_;
+        {
+            const ACC_ bm_ = hmax_(mx5_);
             const ACC_ mn_ = bm_ > m5_ ? bm_ : m5_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a5_ = exp_nonpos_s_(m5_ - mu_);
             m5_ = mn_;
             l5_ *= a5_;
-            pv_[10] = exp_nonpos_v_(s5_0_ - mu_);
-            l5_ += pv_[10];
-            pv_[11] = exp_nonpos_v_(s5_1_ - mu_);
-            l5_ += pv_[11];
+            for (int w_ = 0; w_ < ncb_ * 2; ++w_) {
+                const double8 p_ = exp_nonpos_v_(pv_[40 + w_] - mu_);
+                pv_[40 + w_] = p_;
+                l5_ += p_;
+            }
         }
-        const int nj_ = nk_ - j0_ < 16 ? nk_ - j0_ : 16;  /* keys past it: probability 0 */
-        __global const T_* vb_ = vp_ + (size_t)j0_ * VRS_;
+        const int nj_ = nk_ - jb_ < 64 ? nk_ - jb_ : 64;  /* keys past it: probability 0 */
+        __global const T_* vb_ = vp_ + (size_t)jb_ * VRS_;
         for (int c0_ = 0; c0_ < DVP_; c0_ += 32) {
             double8 o0_0_ = *(__global double8*)(acc_ + 0 * DVP_ + c0_ + 0) * a0_;
             double8 o0_1_ = *(__global double8*)(acc_ + 0 * DVP_ + c0_ + 8) * a0_;
@@ -529,27 +560,27 @@ __kernel void attention__cpu_flash64__f64__q_bshd__k_row__v_row__o_row__compute(
                 o0_1_ += p0_ * w1_;
                 o0_2_ += p0_ * w2_;
                 o0_3_ += p0_ * w3_;
-                const ACC_ p1_ = ps_[16 + jj_];
+                const ACC_ p1_ = ps_[64 + jj_];
                 o1_0_ += p1_ * w0_;
                 o1_1_ += p1_ * w1_;
                 o1_2_ += p1_ * w2_;
                 o1_3_ += p1_ * w3_;
-                const ACC_ p2_ = ps_[32 + jj_];
+                const ACC_ p2_ = ps_[128 + jj_];
                 o2_0_ += p2_ * w0_;
                 o2_1_ += p2_ * w1_;
                 o2_2_ += p2_ * w2_;
                 o2_3_ += p2_ * w3_;
-                const ACC_ p3_ = ps_[48 + jj_];
+                const ACC_ p3_ = ps_[192 + jj_];
                 o3_0_ += p3_ * w0_;
                 o3_1_ += p3_ * w1_;
                 o3_2_ += p3_ * w2_;
                 o3_3_ += p3_ * w3_;
-                const ACC_ p4_ = ps_[64 + jj_];
+                const ACC_ p4_ = ps_[256 + jj_];
                 o4_0_ += p4_ * w0_;
                 o4_1_ += p4_ * w1_;
                 o4_2_ += p4_ * w2_;
                 o4_3_ += p4_ * w3_;
-                const ACC_ p5_ = ps_[80 + jj_];
+                const ACC_ p5_ = ps_[320 + jj_];
                 o5_0_ += p5_ * w0_;
                 o5_1_ += p5_ * w1_;
                 o5_2_ += p5_ * w2_;

@@ -204,73 +204,82 @@ __kernel void attention__cpu_flash__f32__q_row__k_row__v_row__o_row__compute(
        score: the softmax does not change */
     const int madd_ = (mask_s0 | mask_s1 | mask_s2 | ms3_) != 0 || SK == 0 || !((bool_mask ? ((mask[0]) != (ACC_)0 ? (ACC_)0 : (ACC_)(-INFINITY)) : (mask[0])) > -INFINITY);
     const int16 iota_ = (int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    float16 pv_[24];  /* the block's probabilities, row by row, read back by lane */
+    float16 pv_[96];  /* the block's scores, then probabilities, row by row */
     float16 mv_[4];  /* a mask row gathered element by element */
     const ACC_* ps_ = (const ACC_*)pv_;
-    for (int j0_ = 0; j0_ < nk_; j0_ += 64) {
-        __global const T_* kb_ = kp_ + (size_t)j0_ * D;
-        float16 s0_0_ = 0;
-        float16 s0_1_ = 0;
-        float16 s0_2_ = 0;
-        float16 s0_3_ = 0;
-        float16 s1_0_ = 0;
-        float16 s1_1_ = 0;
-        float16 s1_2_ = 0;
-        float16 s1_3_ = 0;
-        float16 s2_0_ = 0;
-        float16 s2_1_ = 0;
-        float16 s2_2_ = 0;
-        float16 s2_3_ = 0;
-        float16 s3_0_ = 0;
-        float16 s3_1_ = 0;
-        float16 s3_2_ = 0;
-        float16 s3_3_ = 0;
-        float16 s4_0_ = 0;
-        float16 s4_1_ = 0;
-        float16 s4_2_ = 0;
-        float16 s4_3_ = 0;
-        float16 s5_0_ = 0;
-        float16 s5_1_ = 0;
-        float16 s5_2_ = 0;
-        float16 s5_3_ = 0;
-        for (int d_ = 0; d_ < D; ++d_) {
-            const float16 k0_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 0);
-            const float16 k1_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 16);
-            const float16 k2_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 32);
-            const float16 k3_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 48);
-            const ACC_ q0d_ = q0_[d_];
-            s0_0_ += q0d_ * k0_;
-            s0_1_ += q0d_ * k1_;
-            s0_2_ += q0d_ * k2_;
-            s0_3_ += q0d_ * k3_;
-            const ACC_ q1d_ = q1_[d_];
-            s1_0_ += q1d_ * k0_;
-            s1_1_ += q1d_ * k1_;
-            s1_2_ += q1d_ * k2_;
-            s1_3_ += q1d_ * k3_;
-            const ACC_ q2d_ = q2_[d_];
-            s2_0_ += q2d_ * k0_;
-            s2_1_ += q2d_ * k1_;
-            s2_2_ += q2d_ * k2_;
-            s2_3_ += q2d_ * k3_;
-            const ACC_ q3d_ = q3_[d_];
-            s3_0_ += q3d_ * k0_;
-            s3_1_ += q3d_ * k1_;
-            s3_2_ += q3d_ * k2_;
-            s3_3_ += q3d_ * k3_;
-            const ACC_ q4d_ = q4_[d_];
-            s4_0_ += q4d_ * k0_;
-            s4_1_ += q4d_ * k1_;
-            s4_2_ += q4d_ * k2_;
-            s4_3_ += q4d_ * k3_;
-            const ACC_ q5d_ = q5_[d_];
-            s5_0_ += q5d_ * k0_;
-            s5_1_ += q5d_ * k1_;
-            s5_2_ += q5d_ * k2_;
-            s5_3_ += q5d_ * k3_;
-        }
-        ACC_ a0_;
-        {
+    /* the keys KB = CB * NR at a time: the scores of CB panels of NR keys (each a register
+       block), then one softmax step over all of them, then the output block */
+    for (int jb_ = 0; jb_ < nk_; jb_ += 256) {
+        const int ncb_ = min(4, (nk_ - jb_ + 63) / 64);  /* panels with keys */
+        float16 mx0_ = (float16)(-INFINITY);
+        float16 mx1_ = (float16)(-INFINITY);
+        float16 mx2_ = (float16)(-INFINITY);
+        float16 mx3_ = (float16)(-INFINITY);
+        float16 mx4_ = (float16)(-INFINITY);
+        float16 mx5_ = (float16)(-INFINITY);
+        for (int cb_ = 0; cb_ < ncb_; ++cb_) {
+            const int j0_ = jb_ + cb_ * 64;
+            __global const T_* kb_ = kp_ + (size_t)j0_ * D;
+            float16 s0_0_ = 0;
+            float16 s0_1_ = 0;
+            float16 s0_2_ = 0;
+            float16 s0_3_ = 0;
+            float16 s1_0_ = 0;
+            float16 s1_1_ = 0;
+            float16 s1_2_ = 0;
+            float16 s1_3_ = 0;
+            float16 s2_0_ = 0;
+            float16 s2_1_ = 0;
+            float16 s2_2_ = 0;
+            float16 s2_3_ = 0;
+            float16 s3_0_ = 0;
+            float16 s3_1_ = 0;
+            float16 s3_2_ = 0;
+            float16 s3_3_ = 0;
+            float16 s4_0_ = 0;
+            float16 s4_1_ = 0;
+            float16 s4_2_ = 0;
+            float16 s4_3_ = 0;
+            float16 s5_0_ = 0;
+            float16 s5_1_ = 0;
+            float16 s5_2_ = 0;
+            float16 s5_3_ = 0;
+            for (int d_ = 0; d_ < D; ++d_) {
+                const float16 k0_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 0);
+                const float16 k1_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 16);
+                const float16 k2_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 32);
+                const float16 k3_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 48);
+                const ACC_ q0d_ = q0_[d_];
+                s0_0_ += q0d_ * k0_;
+                s0_1_ += q0d_ * k1_;
+                s0_2_ += q0d_ * k2_;
+                s0_3_ += q0d_ * k3_;
+                const ACC_ q1d_ = q1_[d_];
+                s1_0_ += q1d_ * k0_;
+                s1_1_ += q1d_ * k1_;
+                s1_2_ += q1d_ * k2_;
+                s1_3_ += q1d_ * k3_;
+                const ACC_ q2d_ = q2_[d_];
+                s2_0_ += q2d_ * k0_;
+                s2_1_ += q2d_ * k1_;
+                s2_2_ += q2d_ * k2_;
+                s2_3_ += q2d_ * k3_;
+                const ACC_ q3d_ = q3_[d_];
+                s3_0_ += q3d_ * k0_;
+                s3_1_ += q3d_ * k1_;
+                s3_2_ += q3d_ * k2_;
+                s3_3_ += q3d_ * k3_;
+                const ACC_ q4d_ = q4_[d_];
+                s4_0_ += q4d_ * k0_;
+                s4_1_ += q4d_ * k1_;
+                s4_2_ += q4d_ * k2_;
+                s4_3_ += q4d_ * k3_;
+                const ACC_ q5d_ = q5_[d_];
+                s5_0_ += q5d_ * k0_;
+                s5_1_ += q5d_ * k1_;
+                s5_2_ += q5d_ * k2_;
+                s5_3_ += q5d_ * k3_;
+            }
             if (softcap > 0) {
                 s0_0_ = softcap * vtanh_(s0_0_ / softcap);
                 s0_1_ = softcap * vtanh_(s0_1_ / softcap);
@@ -306,27 +315,14 @@ __kernel void attention__cpu_flash__f32__q_row__k_row__v_row__o_row__compute(
                 s0_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim0_ ? s0_2_ : (float16)(-INFINITY);
                 s0_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim0_ ? s0_3_ : (float16)(-INFINITY);
             }
-            float16 mx_ = s0_0_;
-            mx_ = s0_1_ > mx_ ? s0_1_ : mx_;
-            mx_ = s0_2_ > mx_ ? s0_2_ : mx_;
-            mx_ = s0_3_ > mx_ ? s0_3_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
-            const ACC_ mn_ = bm_ > m0_ ? bm_ : m0_;
-            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a0_ = exp_nonpos_s_(m0_ - mu_);
-            m0_ = mn_;
-            l0_ *= a0_;
-            pv_[0] = exp_nonpos_v_(s0_0_ - mu_);
-            l0_ += pv_[0];
-            pv_[1] = exp_nonpos_v_(s0_1_ - mu_);
-            l0_ += pv_[1];
-            pv_[2] = exp_nonpos_v_(s0_2_ - mu_);
-            l0_ += pv_[2];
-            pv_[3] = exp_nonpos_v_(s0_3_ - mu_);
-            l0_ += pv_[3];
-        }
-        ACC_ a1_;
-        {
+            mx0_ = s0_0_ > mx0_ ? s0_0_ : mx0_;
+            pv_[0 + cb_ * 4] = s0_0_;
+            mx0_ = s0_1_ > mx0_ ? s0_1_ : mx0_;
+            pv_[1 + cb_ * 4] = s0_1_;
+            mx0_ = s0_2_ > mx0_ ? s0_2_ : mx0_;
+            pv_[2 + cb_ * 4] = s0_2_;
+            mx0_ = s0_3_ > mx0_ ? s0_3_ : mx0_;
+            pv_[3 + cb_ * 4] = s0_3_;
             if (softcap > 0) {
                 s1_0_ = softcap * vtanh_(s1_0_ / softcap);
                 s1_1_ = softcap * vtanh_(s1_1_ / softcap);
@@ -362,27 +358,14 @@ __kernel void attention__cpu_flash__f32__q_row__k_row__v_row__o_row__compute(
                 s1_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim1_ ? s1_2_ : (float16)(-INFINITY);
                 s1_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim1_ ? s1_3_ : (float16)(-INFINITY);
             }
-            float16 mx_ = s1_0_;
-            mx_ = s1_1_ > mx_ ? s1_1_ : mx_;
-            mx_ = s1_2_ > mx_ ? s1_2_ : mx_;
-            mx_ = s1_3_ > mx_ ? s1_3_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
-            const ACC_ mn_ = bm_ > m1_ ? bm_ : m1_;
-            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a1_ = exp_nonpos_s_(m1_ - mu_);
-            m1_ = mn_;
-            l1_ *= a1_;
-            pv_[4] = exp_nonpos_v_(s1_0_ - mu_);
-            l1_ += pv_[4];
-            pv_[5] = exp_nonpos_v_(s1_1_ - mu_);
-            l1_ += pv_[5];
-            pv_[6] = exp_nonpos_v_(s1_2_ - mu_);
-            l1_ += pv_[6];
-            pv_[7] = exp_nonpos_v_(s1_3_ - mu_);
-            l1_ += pv_[7];
-        }
-        ACC_ a2_;
-        {
+            mx1_ = s1_0_ > mx1_ ? s1_0_ : mx1_;
+            pv_[16 + cb_ * 4] = s1_0_;
+            mx1_ = s1_1_ > mx1_ ? s1_1_ : mx1_;
+            pv_[17 + cb_ * 4] = s1_1_;
+            mx1_ = s1_2_ > mx1_ ? s1_2_ : mx1_;
+            pv_[18 + cb_ * 4] = s1_2_;
+            mx1_ = s1_3_ > mx1_ ? s1_3_ : mx1_;
+            pv_[19 + cb_ * 4] = s1_3_;
             if (softcap > 0) {
                 s2_0_ = softcap * vtanh_(s2_0_ / softcap);
                 s2_1_ = softcap * vtanh_(s2_1_ / softcap);
@@ -418,27 +401,14 @@ __kernel void attention__cpu_flash__f32__q_row__k_row__v_row__o_row__compute(
                 s2_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim2_ ? s2_2_ : (float16)(-INFINITY);
                 s2_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim2_ ? s2_3_ : (float16)(-INFINITY);
             }
-            float16 mx_ = s2_0_;
-            mx_ = s2_1_ > mx_ ? s2_1_ : mx_;
-            mx_ = s2_2_ > mx_ ? s2_2_ : mx_;
-            mx_ = s2_3_ > mx_ ? s2_3_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
-            const ACC_ mn_ = bm_ > m2_ ? bm_ : m2_;
-            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a2_ = exp_nonpos_s_(m2_ - mu_);
-            m2_ = mn_;
-            l2_ *= a2_;
-            pv_[8] = exp_nonpos_v_(s2_0_ - mu_);
-            l2_ += pv_[8];
-            pv_[9] = exp_nonpos_v_(s2_1_ - mu_);
-            l2_ += pv_[9];
-            pv_[10] = exp_nonpos_v_(s2_2_ - mu_);
-            l2_ += pv_[10];
-            pv_[11] = exp_nonpos_v_(s2_3_ - mu_);
-            l2_ += pv_[11];
-        }
-        ACC_ a3_;
-        {
+            mx2_ = s2_0_ > mx2_ ? s2_0_ : mx2_;
+            pv_[32 + cb_ * 4] = s2_0_;
+            mx2_ = s2_1_ > mx2_ ? s2_1_ : mx2_;
+            pv_[33 + cb_ * 4] = s2_1_;
+            mx2_ = s2_2_ > mx2_ ? s2_2_ : mx2_;
+            pv_[34 + cb_ * 4] = s2_2_;
+            mx2_ = s2_3_ > mx2_ ? s2_3_ : mx2_;
+            pv_[35 + cb_ * 4] = s2_3_;
             if (softcap > 0) {
                 s3_0_ = softcap * vtanh_(s3_0_ / softcap);
                 s3_1_ = softcap * vtanh_(s3_1_ / softcap);
@@ -474,27 +444,14 @@ __kernel void attention__cpu_flash__f32__q_row__k_row__v_row__o_row__compute(
                 s3_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim3_ ? s3_2_ : (float16)(-INFINITY);
                 s3_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim3_ ? s3_3_ : (float16)(-INFINITY);
             }
-            float16 mx_ = s3_0_;
-            mx_ = s3_1_ > mx_ ? s3_1_ : mx_;
-            mx_ = s3_2_ > mx_ ? s3_2_ : mx_;
-            mx_ = s3_3_ > mx_ ? s3_3_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
-            const ACC_ mn_ = bm_ > m3_ ? bm_ : m3_;
-            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a3_ = exp_nonpos_s_(m3_ - mu_);
-            m3_ = mn_;
-            l3_ *= a3_;
-            pv_[12] = exp_nonpos_v_(s3_0_ - mu_);
-            l3_ += pv_[12];
-            pv_[13] = exp_nonpos_v_(s3_1_ - mu_);
-            l3_ += pv_[13];
-            pv_[14] = exp_nonpos_v_(s3_2_ - mu_);
-            l3_ += pv_[14];
-            pv_[15] = exp_nonpos_v_(s3_3_ - mu_);
-            l3_ += pv_[15];
-        }
-        ACC_ a4_;
-        {
+            mx3_ = s3_0_ > mx3_ ? s3_0_ : mx3_;
+            pv_[48 + cb_ * 4] = s3_0_;
+            mx3_ = s3_1_ > mx3_ ? s3_1_ : mx3_;
+            pv_[49 + cb_ * 4] = s3_1_;
+            mx3_ = s3_2_ > mx3_ ? s3_2_ : mx3_;
+            pv_[50 + cb_ * 4] = s3_2_;
+            mx3_ = s3_3_ > mx3_ ? s3_3_ : mx3_;
+            pv_[51 + cb_ * 4] = s3_3_;
             if (softcap > 0) {
                 s4_0_ = softcap * vtanh_(s4_0_ / softcap);
                 s4_1_ = softcap * vtanh_(s4_1_ / softcap);
@@ -530,27 +487,14 @@ __kernel void attention__cpu_flash__f32__q_row__k_row__v_row__o_row__compute(
                 s4_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim4_ ? s4_2_ : (float16)(-INFINITY);
                 s4_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim4_ ? s4_3_ : (float16)(-INFINITY);
             }
-            float16 mx_ = s4_0_;
-            mx_ = s4_1_ > mx_ ? s4_1_ : mx_;
-            mx_ = s4_2_ > mx_ ? s4_2_ : mx_;
-            mx_ = s4_3_ > mx_ ? s4_3_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
-            const ACC_ mn_ = bm_ > m4_ ? bm_ : m4_;
-            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
-            a4_ = exp_nonpos_s_(m4_ - mu_);
-            m4_ = mn_;
-            l4_ *= a4_;
-            pv_[16] = exp_nonpos_v_(s4_0_ - mu_);
-            l4_ += pv_[16];
-            pv_[17] = exp_nonpos_v_(s4_1_ - mu_);
-            l4_ += pv_[17];
-            pv_[18] = exp_nonpos_v_(s4_2_ - mu_);
-            l4_ += pv_[18];
-            pv_[19] = exp_nonpos_v_(s4_3_ - mu_);
-            l4_ += pv_[19];
-        }
-        ACC_ a5_;
-        {
+            mx4_ = s4_0_ > mx4_ ? s4_0_ : mx4_;
+            pv_[64 + cb_ * 4] = s4_0_;
+            mx4_ = s4_1_ > mx4_ ? s4_1_ : mx4_;
+            pv_[65 + cb_ * 4] = s4_1_;
+            mx4_ = s4_2_ > mx4_ ? s4_2_ : mx4_;
+            pv_[66 + cb_ * 4] = s4_2_;
+            mx4_ = s4_3_ > mx4_ ? s4_3_ : mx4_;
+            pv_[67 + cb_ * 4] = s4_3_;
             if (softcap > 0) {
                 s5_0_ = softcap * vtanh_(s5_0_ / softcap);
                 s5_1_ = softcap * vtanh_(s5_1_ / softcap);
@@ -586,27 +530,102 @@ __kernel void attention__cpu_flash__f32__q_row__k_row__v_row__o_row__compute(
                 s5_2_ = iota_ + (int16)(j0_ + 32) < (int16)lim5_ ? s5_2_ : (float16)(-INFINITY);
                 s5_3_ = iota_ + (int16)(j0_ + 48) < (int16)lim5_ ? s5_3_ : (float16)(-INFINITY);
             }
-            float16 mx_ = s5_0_;
-            mx_ = s5_1_ > mx_ ? s5_1_ : mx_;
-            mx_ = s5_2_ > mx_ ? s5_2_ : mx_;
-            mx_ = s5_3_ > mx_ ? s5_3_ : mx_;
-            const ACC_ bm_ = hmax_(mx_);
+            mx5_ = s5_0_ > mx5_ ? s5_0_ : mx5_;
+            pv_[80 + cb_ * 4] = s5_0_;
+            mx5_ = s5_1_ > mx5_ ? s5_1_ : mx5_;
+            pv_[81 + cb_ * 4] = s5_1_;
+            mx5_ = s5_2_ > mx5_ ? s5_2_ : mx5_;
+            pv_[82 + cb_ * 4] = s5_2_;
+            mx5_ = s5_3_ > mx5_ ? s5_3_ : mx5_;
+            pv_[83 + cb_ * 4] = s5_3_;
+        }
+        /* one online-softmax step per row over the block's keys */
+        ACC_ a0_;
+        {
+            const ACC_ bm_ = hmax_(mx0_);
+            const ACC_ mn_ = bm_ > m0_ ? bm_ : m0_;
+            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
+            a0_ = exp_nonpos_s_(m0_ - mu_);
+            m0_ = mn_;
+            l0_ *= a0_;
+            for (int w_ = 0; w_ < ncb_ * 4; ++w_) {
+                const float16 p_ = exp_nonpos_v_(pv_[0 + w_] - mu_);
+                pv_[0 + w_] = p_;
+                l0_ += p_;
+            }
+        }
+        ACC_ a1_;
+        {
+            const ACC_ bm_ = hmax_(mx1_);
+            const ACC_ mn_ = bm_ > m1_ ? bm_ : m1_;
+            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
+            a1_ = exp_nonpos_s_(m1_ - mu_);
+            m1_ = mn_;
+            l1_ *= a1_;
+            for (int w_ = 0; w_ < ncb_ * 4; ++w_) {
+                const float16 p_ = exp_nonpos_v_(pv_[16 + w_] - mu_);
+                pv_[16 + w_] = p_;
+                l1_ += p_;
+            }
+        }
+        ACC_ a2_;
+        {
+            const ACC_ bm_ = hmax_(mx2_);
+            const ACC_ mn_ = bm_ > m2_ ? bm_ : m2_;
+            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
+            a2_ = exp_nonpos_s_(m2_ - mu_);
+            m2_ = mn_;
+            l2_ *= a2_;
+            for (int w_ = 0; w_ < ncb_ * 4; ++w_) {
+                const float16 p_ = exp_nonpos_v_(pv_[32 + w_] - mu_);
+                pv_[32 + w_] = p_;
+                l2_ += p_;
+            }
+        }
+        ACC_ a3_;
+        {
+            const ACC_ bm_ = hmax_(mx3_);
+            const ACC_ mn_ = bm_ > m3_ ? bm_ : m3_;
+            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
+            a3_ = exp_nonpos_s_(m3_ - mu_);
+            m3_ = mn_;
+            l3_ *= a3_;
+            for (int w_ = 0; w_ < ncb_ * 4; ++w_) {
+                const float16 p_ = exp_nonpos_v_(pv_[48 + w_] - mu_);
+                pv_[48 + w_] = p_;
+                l3_ += p_;
+            }
+        }
+        ACC_ a4_;
+        {
+            const ACC_ bm_ = hmax_(mx4_);
+            const ACC_ mn_ = bm_ > m4_ ? bm_ : m4_;
+            const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
+            a4_ = exp_nonpos_s_(m4_ - mu_);
+            m4_ = mn_;
+            l4_ *= a4_;
+            for (int w_ = 0; w_ < ncb_ * 4; ++w_) {
+                const float16 p_ = exp_nonpos_v_(pv_[64 + w_] - mu_);
+                pv_[64 + w_] = p_;
+                l4_ += p_;
+            }
+        }
+        ACC_ a5_;
+        {
+            const ACC_ bm_ = hmax_(mx5_);
             const ACC_ mn_ = bm_ > m5_ ? bm_ : m5_;
             const ACC_ mu_ = mn_ == -INFINITY ? (ACC_)0 : mn_;  /* no key yet: keep every exp at 0 */
             a5_ = exp_nonpos_s_(m5_ - mu_);
             m5_ = mn_;
             l5_ *= a5_;
-            pv_[20] = exp_nonpos_v_(s5_0_ - mu_);
-            l5_ += pv_[20];
-            pv_[21] = exp_nonpos_v_(s5_1_ - mu_);
-            l5_ += pv_[21];
-            pv_[22] = exp_nonpos_v_(s5_2_ - mu_);
-            l5_ += pv_[22];
-            pv_[23] = exp_nonpos_v_(s5_3_ - mu_);
-            l5_ += pv_[23];
+            for (int w_ = 0; w_ < ncb_ * 4; ++w_) {
+                const float16 p_ = exp_nonpos_v_(pv_[80 + w_] - mu_);
+                pv_[80 + w_] = p_;
+                l5_ += p_;
+            }
         }
-        const int nj_ = nk_ - j0_ < 64 ? nk_ - j0_ : 64;  /* keys past it: probability 0 */
-        __global const T_* vb_ = vp_ + (size_t)j0_ * VRS_;
+        const int nj_ = nk_ - jb_ < 256 ? nk_ - jb_ : 256;  /* keys past it: probability 0 */
+        __global const T_* vb_ = vp_ + (size_t)jb_ * VRS_;
         for (int c0_ = 0; c0_ < DVP_; c0_ += 64) {
             float16 o0_0_ = *(__global float16*)(acc_ + 0 * DVP_ + c0_ + 0) * a0_;
             float16 o0_1_ = *(__global float16*)(acc_ + 0 * DVP_ + c0_ + 16) * a0_;
@@ -642,27 +661,27 @@ __kernel void attention__cpu_flash__f32__q_row__k_row__v_row__o_row__compute(
                 o0_1_ += p0_ * w1_;
                 o0_2_ += p0_ * w2_;
                 o0_3_ += p0_ * w3_;
-                const ACC_ p1_ = ps_[64 + jj_];
+                const ACC_ p1_ = ps_[256 + jj_];
                 o1_0_ += p1_ * w0_;
                 o1_1_ += p1_ * w1_;
                 o1_2_ += p1_ * w2_;
                 o1_3_ += p1_ * w3_;
-                const ACC_ p2_ = ps_[128 + jj_];
+                const ACC_ p2_ = ps_[512 + jj_];
                 o2_0_ += p2_ * w0_;
                 o2_1_ += p2_ * w1_;
                 o2_2_ += p2_ * w2_;
                 o2_3_ += p2_ * w3_;
-                const ACC_ p3_ = ps_[192 + jj_];
+                const ACC_ p3_ = ps_[768 + jj_];
                 o3_0_ += p3_ * w0_;
                 o3_1_ += p3_ * w1_;
                 o3_2_ += p3_ * w2_;
                 o3_3_ += p3_ * w3_;
-                const ACC_ p4_ = ps_[256 + jj_];
+                const ACC_ p4_ = ps_[1024 + jj_];
                 o4_0_ += p4_ * w0_;
                 o4_1_ += p4_ * w1_;
                 o4_2_ += p4_ * w2_;
                 o4_3_ += p4_ * w3_;
-                const ACC_ p5_ = ps_[320 + jj_];
+                const ACC_ p5_ = ps_[1280 + jj_];
                 o5_0_ += p5_ * w0_;
                 o5_1_ += p5_ * w1_;
                 o5_2_ += p5_ * w2_;
