@@ -81,6 +81,21 @@ def array_layout(arr: Any, candidates: tuple[str, ...] = LAYOUT_NAMES) -> str | 
     return None
 
 
+def inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
+    """The permutation that undoes `axes` (inverse(axes)[axes[k]] == k)."""
+    out = [0] * len(axes)
+    for k, a in enumerate(axes):
+        out[a] = k
+    return tuple(out)
+
+
+def logical_shape(shape: tuple[Any, ...], layout: str) -> tuple[Any, ...]:
+    """The logical shape of a buffer whose shape in memory order is `shape` (a row-major
+    graph buffer holding a tensor in `layout`): storage_view's shape, undone."""
+    back = inverse(LAYOUTS[layout].order(len(shape)))
+    return tuple(shape[k] for k in back)
+
+
 def storage_view(arr: Any, layout: str) -> Any:
     """The view of NumPy `arr` whose C order is the memory order of `layout`."""
     return arr.transpose(LAYOUTS[layout].order(arr.ndim))

@@ -338,11 +338,10 @@ class Model:
             shape = tuple(x.evaluate(env) for x in ir.value(vid).shape)
             # a view output is taken out of its root unless it is the root's whole memory
             view = every.get(vid)
-            whole = view is not None and view.in_place
-            if whole and view is not None:
+            if view is not None and view.in_place:
                 root = math.prod(x.evaluate(env) for x in ir.value(view.root).shape)
-                whole = math.prod(shape) == root
-            results.append((place.kind, index, shape, None if whole else view))
+                view = None if math.prod(shape) == root else view
+            results.append((place.kind, index, shape, view))
         return Specialization(
             tuple(sorted(env.items())),
             tuple(prepared),

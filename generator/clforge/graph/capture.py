@@ -20,7 +20,7 @@ from clforge.conventions import CONVENTIONS
 from clforge.core.dtypes import DTYPES, dtype_of_numpy
 from clforge.errors import GraphError
 from clforge.graph.dims import Dim, shape_str
-from clforge.graph.records import GraphIR, Guard, Node, Value
+from clforge.graph.records import GraphIR, Guard, Node, Value, fresh_name, value_id
 from clforge.graph.shapes import KEEP_MASKS, SUPPORTED_CONVENTIONS, infer, same_size
 from clforge.registry import loader as registry_mod
 from clforge.registry.records import OpSig
@@ -139,14 +139,10 @@ class Graph:
     # --- values -------------------------------------------------------------------------------
 
     def _new_name(self, base: str) -> str:
-        taken = {v.name for v in self._values}
-        n = self._counts.get(base, 0)
-        while True:
-            name = base if n == 0 and base not in taken else f"{base}_{n}"
-            n += 1
-            if name not in taken:
-                self._counts[base] = n
-                return name
+        name, self._counts[base] = fresh_name(
+            base, {v.name for v in self._values}, self._counts.get(base, 0)
+        )
+        return name
 
     def _add(
         self, name: str, dtype: str, shape: tuple[Dim, ...], kind: Any, node: int | None
@@ -372,7 +368,7 @@ class Graph:
                 nid,
                 sig.name,
                 inf.dtype,
-                tuple((t.name, _id(args[t.name])) for t in sig.inputs),
+                tuple((t.name, value_id(args[t.name])) for t in sig.inputs),
                 tuple((t, o.id) for (t, _, _), o in zip(inf.outputs, outs, strict=True)),
                 tuple(sorted(options.items())),
                 inf.attrs,
@@ -425,10 +421,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(_plain(v) for v in value)
     return value
-
-
-def _id(v: Value | None) -> int | None:
-    return None if v is None else v.id
 
 
 def _equal(graph: str, a: Dim, b: Dim, origin: str) -> Guard:

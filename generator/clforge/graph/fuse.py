@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from clforge.core.dtypes import DTYPES
 from clforge.graph.dims import shape_str
 from clforge.graph.fused_kernel import FusedKernel, describe, elementwise_kind
-from clforge.graph.layouts import Folded
 from clforge.graph.records import GraphIR, Node
 from clforge.registry.loader import Registry
 
@@ -55,12 +54,11 @@ class Fused:
 
     def lines(self, ir: GraphIR | None = None) -> list[str]:
         before = self.before or sum(len(g.nodes) for g in self.groups)
-        made = [ln for ln in self.folds if not ln.startswith("not ")]  # the others say why not
         out = [
             f"launch steps per call: {before} before fusion (one per node), "
             f"{len(self.groups)} after ({sum(g.fused for g in self.groups)} fused groups"
-            + (f", {len(made)} rewrites)" if made else ")"),
-            *(ln if ln.startswith("not ") else f"rewrite: {ln}" for ln in self.folds),
+            + (f", {len(self.folds)} rewrites)" if self.folds else ")"),
+            *(f"rewrite: {ln}" for ln in self.folds),
         ]
         for i, g in enumerate(self.groups):
             nodes = ", ".join(map(str, g.nodes))
@@ -85,27 +83,23 @@ class Fused:
         return out
 
 
-def _consumers(ir: GraphIR) -> dict[int, list[int]]:
-    """value id -> the nodes that read it."""
-    out: dict[int, list[int]] = {}
-    for n in ir.nodes:
-        for v in n.input_ids():
-            out.setdefault(v, []).append(n.id)
-    return out
-
-
 def fuse(
-    ir: GraphIR, registry: Registry | None = None, folded: Folded | None = None, before: int = 0
+    ir: GraphIR,
+    registry: Registry | None = None,
+    rewrites: tuple[str, ...] = (),
+    before: int = 0,
+    skipped: tuple[str, ...] = (),
 ) -> Fused:
-    """The stage, on `ir` after `folded`'s rewrites (graph/siblings.py, graph/layouts.py) of a
-    graph that launched `before` nodes. Without a registry (or with fusion off) every node that
-    launches kernels is a group of its own (views launch none)."""
+    """The stage, on `ir` after the rewrites logged in `rewrites` (graph/siblings.py,
+    graph/layouts.py) of a graph that launched `before` nodes; `skipped` says which rewrites
+    were not made and why. Without a registry (or with
+    fusion off) every node that launches kernels is a group of its own (views launch none)."""
     nodes = [n for n in ir.nodes if not n.view]
     if registry is None:
         return Fused(tuple(Group((n.id,), "alone") for n in nodes))
     by_id = {n.id: n for n in ir.nodes}
     maker = {v: n.id for n in ir.nodes for v in n.output_ids()}
-    users = _consumers(ir)
+    users = {v: [n.id for n in ns] for v, ns in ir.readers().items()}
     kind = {n.id: elementwise_kind(registry, n) for n in nodes}
 
     group_of: dict[int, int] = {}  # node -> group index
@@ -170,7 +164,7 @@ def fuse(
             members[joined] = sorted(inside)
             members[h] = []
 
-    notes: list[str] = []
+    notes = list(skipped)
     producer_of: dict[int, Node] = {}  # group -> the node whose epilogue it is
     for prod in nodes:
         if kind[prod.id] is not None or len(prod.outputs) != 1:
@@ -229,8 +223,7 @@ def fuse(
         dtypes = sorted({DTYPES[ir.value(v).dtype].name for n in ops for v in n.output_ids()})
         why = f"elementwise chain, {shape_str(ir.value(ops[-1].output_ids()[0]).shape)}"
         groups.append(Group(tuple(ids), f"{why} {'/'.join(dtypes)}", kernel))
-    folds = folded.log if folded is not None else ()
-    return Fused(_ordered(ir, groups, maker), tuple(notes), folds, before)
+    return Fused(_ordered(ir, groups, maker), tuple(notes), rewrites, before)
 
 
 def _boundary(

@@ -9,18 +9,11 @@ resulting layouts (the generic fallback has every one); each is logged for `expl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from clforge.core.layouts import LAYOUTS
+from clforge.core.layouts import LAYOUTS, inverse
 from clforge.graph.records import GraphIR, Node
 from clforge.registry.loader import Registry
-
-
-@dataclass(frozen=True)
-class Folded:
-    ir: GraphIR
-    log: tuple[str, ...]  # one line per fold
-    removed: int = 0  # permute nodes gone
 
 
 def _axes(n: Node, rank: int) -> tuple[int, ...] | None:
@@ -29,13 +22,6 @@ def _axes(n: Node, rank: int) -> tuple[int, ...] | None:
         return None
     axes = dict(n.options).get("axes")
     return None if axes is None else tuple(a % rank for a in axes)
-
-
-def _inverse(axes: tuple[int, ...]) -> tuple[int, ...]:
-    out = [0] * len(axes)
-    for k, a in enumerate(axes):
-        out[a] = k
-    return tuple(out)
 
 
 def _layout_for(tensors: dict[str, tuple[str, ...]], name: str, axes: tuple[int, ...]) -> str:
@@ -48,22 +34,11 @@ def _layout_for(tensors: dict[str, tuple[str, ...]], name: str, axes: tuple[int,
     return ""
 
 
-def logical_shape(shape: tuple, layout: str) -> tuple:
-    """The logical shape of a buffer of (row-major) `shape` whose memory is `layout`'s order."""
-    order = LAYOUTS[layout].order(len(shape))
-    out = [shape[0]] * len(shape)
-    for pos, axis in enumerate(order):
-        out[axis] = shape[pos]
-    return tuple(out)
-
-
-def fold_layouts(ir: GraphIR, registry: Registry) -> Folded:
-    """The folds of `ir`'s permutes into their readers' and writers' layouts."""
+def fold_layouts(ir: GraphIR, registry: Registry) -> tuple[GraphIR, tuple[str, ...]]:
+    """`ir` with its permutes folded into their readers' and writers' layouts, and one log
+    line per folding node."""
     maker = {v: n for n in ir.nodes for v in n.output_ids()}
-    users: dict[int, list[Node]] = {}
-    for n in ir.nodes:
-        for v in n.input_ids():
-            users.setdefault(v, []).append(n)
+    users = ir.readers()
     covered = {(i.op, i.dtype, i.layouts) for i in registry.instances.values()}
     log: list[str] = []
     gone: set[int] = set()
@@ -85,7 +60,7 @@ def fold_layouts(ir: GraphIR, registry: Registry) -> Folded:
             axes = _axes(p, len(ir.value(vid).shape)) if p is not None and vid is not None else None
             # the permute's result read from its source's memory: source axis k holds result
             # axis inverse(axes)[k], so that is the memory order the node reads
-            lay = _layout_for(tensors, t, _inverse(axes)) if axes is not None else ""
+            lay = _layout_for(tensors, t, inverse(axes)) if axes is not None else ""
             if p is not None and lay and t not in lays:
                 (src,) = p.input_ids()
                 inputs[t], lays[t] = src, lay
@@ -124,4 +99,4 @@ def fold_layouts(ir: GraphIR, registry: Registry) -> Folded:
             gone.add(n.id)
             continue
         kept.append(n)
-    return Folded(replace(ir, values=tuple(values), nodes=tuple(kept)), tuple(log), len(gone))
+    return replace(ir, values=tuple(values), nodes=tuple(kept)), tuple(log)

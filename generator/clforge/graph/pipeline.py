@@ -3,7 +3,6 @@ shapes and guards → simplify → fuse → select → plan buffers → schedule
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from clforge.call.dispatcher import dispatcher
@@ -12,7 +11,7 @@ from clforge.graph.artifact import Model
 from clforge.graph.buffers import plan_buffers
 from clforge.graph.fuse import fuse
 from clforge.graph.guards import guards_of
-from clforge.graph.layouts import Folded, fold_layouts
+from clforge.graph.layouts import fold_layouts
 from clforge.graph.plan import Plan
 from clforge.graph.records import GraphIR
 from clforge.graph.schedule import schedule
@@ -28,17 +27,18 @@ def lower(ir: GraphIR, queue: Any = None, *, fusion: bool = True) -> Model:
     guards = guards_of(ir)
     simple = simplify(ir)
     d = dispatcher(queue)
+    runs = simple.ir  # what runs: the simplified graph, rewritten to fuse
+    rewrites: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
     if fusion:
-        merged, merges = merge_sibling_gemms(simple.ir, d.registry, alignment(d.runtime))
-        folded = fold_layouts(merged, d.registry)
-        folded = replace(folded, log=merges + folded.log)
-    else:
-        folded = Folded(simple.ir, ())
+        merged, merges, notes = merge_sibling_gemms(simple.ir, d.registry, alignment(d.runtime))
+        runs, folds = fold_layouts(merged, d.registry)
+        rewrites = merges + folds
     before = sum(not n.view for n in simple.ir.nodes)
-    fused = fuse(folded.ir, d.registry if fusion else None, folded, before)
-    selections = select_nodes(folded.ir, d)
-    buffers = plan_buffers(folded.ir, fused)
-    steps = schedule(folded.ir, buffers, fused)
+    fused = fuse(runs, d.registry if fusion else None, rewrites, before, notes)
+    selections = select_nodes(runs, d)
+    buffers = plan_buffers(runs, fused)
+    steps = schedule(runs, buffers, fused)
     captured = GraphIR(ir.name, ir.values, ir.nodes, ir.inputs, ir.outputs, ir.guards, {})
-    plan = Plan(captured, guards, folded.ir, simple.log, fused, selections, buffers, steps)
+    plan = Plan(captured, guards, runs, simple.log, fused, selections, buffers, steps)
     return Model(plan, queue)

@@ -36,6 +36,21 @@ class Value:
         return f"{self.name} {self.dtype}{shape_str(self.shape)}"
 
 
+def value_id(v: Value | None) -> int | None:
+    """`v`'s id (None for an omitted optional input)."""
+    return None if v is None else v.id
+
+
+def fresh_name(base: str, taken: set[str] | frozenset[str], n: int = 0) -> tuple[str, int]:
+    """A value name not in `taken`: `base` itself where free (n 0), else the first `base_<n>`
+    from `n` on; and the n to start from next time for this base."""
+    while True:
+        name = base if n == 0 and base not in taken else f"{base}_{n}"
+        n += 1
+        if name not in taken:
+            return name, n
+
+
 @dataclass(frozen=True)
 class Node:
     """One op call, in the op's terms: its inputs and outputs by the spec's tensor names, the
@@ -113,6 +128,14 @@ class GraphIR:
 
     def value(self, vid: int) -> Value:
         return self.values[vid]
+
+    def readers(self) -> dict[int, list[Node]]:
+        """value id -> the nodes that read it, in order."""
+        out: dict[int, list[Node]] = {}
+        for n in self.nodes:
+            for v in n.input_ids():
+                out.setdefault(v, []).append(n)
+        return out
 
     def node(self, nid: int) -> Node:
         for n in self.nodes:

@@ -25,9 +25,9 @@ from clforge.call.binding import bind, named_attrs
 from clforge.call.results import probe_array
 from clforge.conventions import CONVENTIONS
 from clforge.conventions.base import Canonical
+from clforge.core.layouts import logical_shape
 from clforge.errors import CallError, GraphError
 from clforge.graph.dims import Dim, shape_str
-from clforge.graph.layouts import logical_shape
 from clforge.graph.records import GraphIR, Node, Value
 from clforge.registry.records import OpSig
 

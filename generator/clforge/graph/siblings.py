@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from clforge.core.dtypes import DTYPES
+from clforge.core.dtypes import dtype_of_numpy
+from clforge.errors import GraphError
 from clforge.graph.dims import Dim
-from clforge.graph.records import GraphIR, Node, Value, ValueKind
+from clforge.graph.records import GraphIR, Node, Value, ValueKind, fresh_name, value_id
 from clforge.graph.shapes import infer
 from clforge.registry.loader import Registry
 
@@ -69,19 +70,20 @@ class _Builder:
 
     def value(self, name: str, dtype: str, shape: tuple[Dim, ...], node: int | None) -> Value:
         kind: ValueKind = "constant" if node is None else "node"
-        taken = {v.name for v in self.values}
-        unique, k = name, 0
-        while unique in taken:
-            k += 1
-            unique = f"{name}_{k}"
+        unique, _ = fresh_name(name, {v.name for v in self.values})
         v = Value(len(self.values), unique, dtype, shape, kind, node)
         self.values.append(v)
         return v
 
     def constant(self, name: str, array: np.ndarray) -> Value:
-        dtype = next(d.name for d in DTYPES.values() if d.np_dtype == array.dtype)
-        v = self.value(name, dtype, tuple(Dim.const(s) for s in array.shape), None)
-        self.constants[v.id] = array
+        """A constant made here (the stacked weights), read-only as capture makes them."""
+        host = np.ascontiguousarray(array)
+        host.setflags(write=False)
+        dt = dtype_of_numpy(host.dtype)
+        if dt is None:  # pragma: no cover - stacked from the graph's own constants
+            raise GraphError(f"graph {self.ir.name!r}: a constant of NumPy dtype {host.dtype}")
+        v = self.value(name, dt.name, tuple(Dim.const(s) for s in host.shape), None)
+        self.constants[v.id] = host
         return v
 
     def op(self, op: str, args: Mapping[str, Value | None], name: str) -> Value:
@@ -95,7 +97,7 @@ class _Builder:
                 nid,
                 op,
                 inf.dtype,
-                tuple((t.name, _id(args.get(t.name))) for t in sig.inputs),
+                tuple((t.name, value_id(args.get(t.name))) for t in sig.inputs),
                 ((tensor, out.id),),
                 (),
                 inf.attrs,
@@ -120,10 +122,6 @@ class _Builder:
         options = (("axis", 0), ("start", Dim.const(g)), ("stop", Dim.const(g + 1)))
         self.made.append(Node(nid, "slice", src.dtype, (("x", src.id),), (("y", out.id),), options))
         return out
-
-
-def _id(v: Value | None) -> int | None:
-    return None if v is None else v.id
 
 
 @dataclass(frozen=True)
@@ -169,15 +167,12 @@ def _split_parts(ir: GraphIR, g: _Gemm, readers: list[Node]) -> list[_Part] | No
 
 def merge_sibling_gemms(
     ir: GraphIR, registry: Registry, align: int = 1
-) -> tuple[GraphIR, tuple[str, ...]]:
-    """`ir` with every split gemm and every set of sibling gemms merged, and one log line per
-    merge. A merge is made only where a part's rows are a multiple of `align` bytes (the
-    device's sub-buffer alignment), so that every block is read in place at any size; the log
-    says where it was not."""
-    users: dict[int, list[Node]] = {}
-    for n in ir.nodes:
-        for v in n.input_ids():
-            users.setdefault(v, []).append(n)
+) -> tuple[GraphIR, tuple[str, ...], tuple[str, ...]]:
+    """`ir` with every split gemm and every set of sibling gemms merged, a log line per merge,
+    and a note per merge not made: one is made only where a part's rows are a multiple of
+    `align` bytes (the device's sub-buffer alignment), so that every block is read in place at
+    any size."""
+    users = ir.readers()
     # first node -> `a`, the parts, what merged, the nodes the merge replaces
     plans: dict[int, tuple[int, list[_Part], str, set[int]]] = {}
     sets: dict[tuple[Any, ...], list[_Gemm]] = {}
@@ -205,17 +200,18 @@ def merge_sibling_gemms(
             ]
             what = "the sibling gemms " + ", ".join(f"node {g.node.id}" for g in gs)
             plans[gs[0].node.id] = (gs[0].a, parts, what, {g.node.id for g in gs})
-    log: list[str] = []
+    notes: list[str] = []
     for first, (_, parts, what, _) in list(plans.items()):
         row = parts[0].weight.shape[1] * parts[0].weight.dtype.itemsize
         if row % align:
-            log.append(
+            notes.append(
                 f"not merged: {what}: a part's row of {row} bytes is not a multiple of the "
                 f"device's {align}-byte sub-buffer alignment (its blocks would be copied)"
             )
             del plans[first]
     if not plans:
-        return ir, tuple(log)
+        return ir, (), tuple(notes)
+    log: list[str] = []
     gone = {nid for *_, replaced in plans.values() for nid in replaced}
     b = _Builder(ir, registry)
     nodes: list[Node] = []
@@ -226,7 +222,7 @@ def merge_sibling_gemms(
         elif n.id not in gone:
             nodes.append(n)
     out = replace(ir, values=tuple(b.values), nodes=tuple(nodes), constants=b.constants)
-    return out, tuple(log)
+    return out, tuple(log), tuple(notes)
 
 
 def _merge(
@@ -236,7 +232,7 @@ def _merge(
     b.made = []
     a = ir.value(a_id)
     names = ir.value(first.output_ids()[0]).name  # the merged values, after the first
-    w = b.constant(f"{names}_weights", np.ascontiguousarray(np.stack([p.weight for p in parts])))
+    w = b.constant(f"{names}_weights", np.stack([p.weight for p in parts]))
     c = b.op("matmul", {"a": a, "b": w}, f"{names}_merged")
     biases = [p.bias for p in parts if p.bias is not None]
     if biases:
