@@ -6245,6 +6245,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -6433,6 +6434,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -6802,6 +6804,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -6990,6 +6993,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -7359,6 +7363,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -7547,6 +7552,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -7916,6 +7922,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -8104,6 +8111,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -8473,6 +8481,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -8661,6 +8670,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -9030,6 +9040,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -9218,6 +9229,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -9587,6 +9599,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -9775,6 +9788,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -10144,6 +10158,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -10332,6 +10347,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -10701,6 +10717,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -10889,6 +10906,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -11258,6 +11276,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -11446,6 +11465,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -11815,6 +11835,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -12003,6 +12024,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -12372,6 +12394,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -12560,6 +12583,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -12929,6 +12953,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -13117,6 +13142,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -13486,6 +13512,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -13674,6 +13701,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -14043,6 +14071,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -14231,6 +14260,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -14600,6 +14630,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -14788,6 +14819,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -15157,6 +15189,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -15345,6 +15378,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -15714,6 +15748,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -15902,6 +15937,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -16271,6 +16307,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -16459,6 +16496,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -16828,6 +16866,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -17016,6 +17055,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -17385,6 +17425,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -17573,6 +17614,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -17942,6 +17984,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -18130,6 +18173,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -18499,6 +18543,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -18687,6 +18732,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -19056,6 +19102,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -19244,6 +19291,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -19613,6 +19661,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -19801,6 +19850,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -20170,6 +20220,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -20358,6 +20409,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -20727,6 +20779,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -20915,6 +20968,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -21284,6 +21338,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -21472,6 +21527,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -21841,6 +21897,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -22029,6 +22086,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -22398,6 +22456,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -22586,6 +22645,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -22955,6 +23015,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -23143,6 +23204,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -23512,6 +23574,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('k', 'v'),
                 writes=('kp', 'vp'),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -23700,6 +23763,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('q', 'kp', 'vp', 'v', 'mask'),
                 writes=('o', 'acc'),
+                panels=None,
             ),
         ),
         scratch=(
@@ -44151,6 +44215,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='pack_x',
@@ -44315,6 +44380,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x',),
                 writes=('xp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -44499,6 +44565,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('xp', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -44898,6 +44965,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='pack_x',
@@ -45062,6 +45130,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x',),
                 writes=('xp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -45246,6 +45315,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('xp', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -45645,6 +45715,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='pack_x',
@@ -45809,6 +45880,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x',),
                 writes=('xp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -45993,6 +46065,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('xp', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -46392,6 +46465,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='pack_x',
@@ -46556,6 +46630,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x',),
                 writes=('xp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -46740,6 +46815,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('xp', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -47139,6 +47215,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -47323,6 +47400,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -47717,6 +47795,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -47901,6 +47980,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -48295,6 +48375,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -48479,6 +48560,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -48873,6 +48955,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -49057,6 +49140,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -49451,6 +49535,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -49635,6 +49720,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -50029,6 +50115,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -50213,6 +50300,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -50607,6 +50695,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -50791,6 +50880,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -51185,6 +51275,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -51369,6 +51460,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -51756,6 +51848,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('w',),
                 writes=('wp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -51936,6 +52029,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('x', 'wp', 'bias'),
                 writes=('y',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -60774,7 +60868,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_blocked__f32__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='c9a8f8487618d2e60980c38f04a71513e819fcfbdd6395b611cf2b5775e3a824',
-        templates_sha='d8bdbba8c9505b42a8572b02ecd5cd142361691e9d5ac920c3551fd9e45c8ba7',
+        templates_sha='e7f713181e71ae7b633ea2d5f175bee8a328a92ccec31c4414158045f172c40a',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -60911,7 +61005,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_blocked__f32__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='bc07aea306d934bf8649888c2c0cbbcd8fbab976da0af5f89529250692754150',
-        templates_sha='d8bdbba8c9505b42a8572b02ecd5cd142361691e9d5ac920c3551fd9e45c8ba7',
+        templates_sha='e7f713181e71ae7b633ea2d5f175bee8a328a92ccec31c4414158045f172c40a',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -61048,7 +61142,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_blocked__f64__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='4423986b4eac162b8bd1cc7ce840ebf1a5cebb2894a89842b69987e22d52b344',
-        templates_sha='d8bdbba8c9505b42a8572b02ecd5cd142361691e9d5ac920c3551fd9e45c8ba7',
+        templates_sha='e7f713181e71ae7b633ea2d5f175bee8a328a92ccec31c4414158045f172c40a',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -61185,7 +61279,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_blocked__f64__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='a9a552e2647156d0975a02cc95d0af3d0ef530553b307ac6f3bea71db627303c',
-        templates_sha='d8bdbba8c9505b42a8572b02ecd5cd142361691e9d5ac920c3551fd9e45c8ba7',
+        templates_sha='e7f713181e71ae7b633ea2d5f175bee8a328a92ccec31c4414158045f172c40a',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -61322,7 +61416,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed64__f64__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='e6250aaa4d73b56a157034d0f6c057b6326caec94b2a6a74e7037d0b2bea171b',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -61414,6 +61508,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -61482,6 +61577,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -61582,6 +61678,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp', 'bias'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -61710,7 +61807,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed64__f64__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='31a8756406e22724e3ad373d2ee6491ae3a47e05a044a71b5af59da2a56efda3',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -61802,6 +61899,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -61870,6 +61968,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -61970,6 +62069,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp', 'bias'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -62098,7 +62198,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed64__f64__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='dd47a144482676dc4143b3ca19cbea4ec227f72fa887406976dfadf6643796d1',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -62190,6 +62290,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -62258,6 +62359,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -62358,6 +62460,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp', 'bias'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -62486,7 +62589,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed64__f64__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='457fc92ad0ff72caaddbf5ca2bc7406bd8b5392214aa86f56ea8d5c16a1be1ca',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -62578,6 +62681,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -62646,6 +62750,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -62746,6 +62851,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp', 'bias'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -62874,7 +62980,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed__f32__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='1a3538855b80ce735fa73e41e82646e012e38137d9ee8627ab4d4f26640539d9',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -62971,6 +63077,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -63039,6 +63146,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -63139,6 +63247,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp', 'bias'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -63267,7 +63376,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed__f32__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='43ebf43b6302b51d7d59e6127de779a7b1c380cb725df363cef88a07beb53b5d',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -63364,6 +63473,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -63432,6 +63542,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -63532,6 +63643,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp', 'bias'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -63660,7 +63772,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed__f32__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='21df9a8eddeb00229169f6daaace44fbb8325fe8a18e6ffa362b355555a5075c',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -63757,6 +63869,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -63825,6 +63938,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -63925,6 +64039,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp', 'bias'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -64053,7 +64168,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__cpu_packed__f32__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='bcd660a9fa88e9b9de0dc0588a5ee9fe65ce158d2c2a7eba7de636c2f0a6ee81',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -64150,6 +64265,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -64218,6 +64334,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -64318,6 +64435,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp', 'bias'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -64446,7 +64564,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f16__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='01bdbe3bec70a02937fe70f7b3f797770e4ca723a604c13d9a3970fab9c76de2',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -64568,7 +64686,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f16__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='2e117896f57b3a704d6e8625caa0ebf66d065d1a98d9b9b8b723c433edede532',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -64690,7 +64808,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f16__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='f329afa3bb9b425a8b14748f8a89db390ca46c0c6c99d1040af1c848bee07d7d',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -64812,7 +64930,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f16__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='7ca9c6592cc6a822426fbf93de699b5b5c39c7b2d70ae671b1da83f420dd576a',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -64934,7 +65052,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f32__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='8a36d7292f4e6eab21e30eda8f4c6bab1032175bd315e38f3c8bdd2cde27345d',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65056,7 +65174,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f32__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='1b674195defa590f50925ab23294fdb6bc6371546bbd213335f9e97f3c2e1ecb',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65178,7 +65296,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f32__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='f25290945008aeecff01c2c05c46bcfd96611674100377459d672a0c9447b89b',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65300,7 +65418,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f32__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='bb220ddfb607a24df0b56b09045ea3dfa97d68af9be56f8e30d55259a5143752',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65422,7 +65540,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f64__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='edcc19b64d0eb7d68bf525a8c28b616abc17eacae2285577d666236f41eeafb2',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65544,7 +65662,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f64__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='01d9a05f0bf7476aba301323eb738d4a92ea650900d42b2a17d0ecd28d62f7b0',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65666,7 +65784,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f64__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='4f2c8ddb6d85c9d16f3116582b293afaf389eeb088def228e0a80d1c7ee44d28',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65788,7 +65906,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic__f64__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='c62322872a7aeb40337d7f23f6dcd3efbc353b777f0237edd58585e49617bade',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -65910,7 +66028,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic_half__f16__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='72de415549f233d37b74c4f8462a836a035dbc132d60aef82eb14ecd13e7d727',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -66032,7 +66150,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic_half__f16__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='6a7174ef4625c5478d73f7f306627bbbbf8e6b97561dd8d989b1793d5db8aa2d',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -66154,7 +66272,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic_half__f16__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='5f87cec1227c834552d7eea1014f29aeddcbb213be2f21c5f384fe82b3cd1676',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -66276,7 +66394,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__generic_half__f16__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='e7a47dfcbcf4788423a346051746018e3d60aaca0f87b480798902138ffa49dd',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -66398,7 +66516,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f16__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='7a115eb5bcd1f9ca7d875c75352f22fa2256e84e2a67065464a676f0e31cb00e',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -66525,7 +66643,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f16__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='17871981724e2614ab3f91fde164715cabf5f8edeffaf8f283b0c78e382999bf',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -66652,7 +66770,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f16__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='de71b91402dbbbb6c823449a980264de7a11e648f173af82b4ac8b0ad2e9acd0',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -66779,7 +66897,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f16__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='c959a9181a6079895c32ca03830458fceda2162935a3d47a5d4c07f1ec59d5f1',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -66906,7 +67024,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f32__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='58846f0b4734b7ff9ccaceb2243e7822c1e645c447f43e4cbc22bee7f5e383d3',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -67033,7 +67151,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f32__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='d8c4ed2caaa023894e3aa1189ca193378526ac100d0bc92a4a818cd006a5889a',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -67160,7 +67278,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f32__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='f7dc493cf548ee6ed623d760b06f9642a53e9a2483e4d8f09e809503ea5afc97',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -67287,7 +67405,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f32__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='4fcad44328522230ef9c50db6cb1b814a8f35f78fe4ee83ef26df64e28bca321',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -67414,7 +67532,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f64__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='4075bcdb7486d2478420384c30cd3bb598976b0e074b93a07112a7f1b0352822',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -67541,7 +67659,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f64__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='a8e3b5b9ea52e7319a9c74d3740bf4a4ab87c0991382fd30579349677c6bba07',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -67668,7 +67786,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f64__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='773c4d487de777c92e336c60d5b98623cc8ce24bf0f454fea518f76e5a631f61',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -67795,7 +67913,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/gemm/gemm__gpu_tiled__f64__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='c5a80218e432ffa78b5c26e9e257ee6d7ecbdc93efa6924bc00c68ca16a09d75',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -67890,7 +68008,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__cpu__f32.cl',
         template='norm/cpu.cl.j2',
         sha256='07776fd3bbffd2d7c570971caba49ffe97a5eff93fd63ed18e8b39af7aaa0564',
-        templates_sha='66ddbda5755c916cc72bb0b6fc8a0bb2962fd917270ead12efb1fb02288674d2',
+        templates_sha='45c59b376537c1f595165e54ce4624cdafb0a88e2ed0075cadde97c15b653f2e',
         tunables=(('NA', (1, 2, 4, 8)), ('NT_MIN', (1048576, 4194304, 1073741824))),
         device_params=(),
         constraints=(),
@@ -67980,7 +68098,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__cpu__f64.cl',
         template='norm/cpu.cl.j2',
         sha256='73e597bc159a1c86db1989cc7ace283faf8c4484ec055cd3bc24541345d7fc95',
-        templates_sha='66ddbda5755c916cc72bb0b6fc8a0bb2962fd917270ead12efb1fb02288674d2',
+        templates_sha='45c59b376537c1f595165e54ce4624cdafb0a88e2ed0075cadde97c15b653f2e',
         tunables=(('NA', (1, 2, 4, 8)), ('NT_MIN', (1048576, 4194304, 1073741824))),
         device_params=(),
         constraints=(),
@@ -68070,7 +68188,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__generic__f16.cl',
         template='norm/generic.cl.j2',
         sha256='5b8c7ff47151456b9de736a3c571c5e8c4b4f322638d5d83919c757d4e517ce7',
-        templates_sha='73f75fa0e8f8ca9e91cd6b9505935ae6a00ba595c76f09695e48e23eda24bbd5',
+        templates_sha='065f5348e0f25f33cf1bb0e01aea1de63c7f41fc40ca3e1b6075670ddf0c5e52',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -68160,7 +68278,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__generic__f32.cl',
         template='norm/generic.cl.j2',
         sha256='cca04010c09d085370616d59c2cb206aeb3354e3f79ad9fc51ffaca4efff8215',
-        templates_sha='73f75fa0e8f8ca9e91cd6b9505935ae6a00ba595c76f09695e48e23eda24bbd5',
+        templates_sha='065f5348e0f25f33cf1bb0e01aea1de63c7f41fc40ca3e1b6075670ddf0c5e52',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -68250,7 +68368,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__generic__f64.cl',
         template='norm/generic.cl.j2',
         sha256='7c3f97b3c5fe69827fee727e14c4191e3bb2697575b5bb6aa359047d49cdc016',
-        templates_sha='73f75fa0e8f8ca9e91cd6b9505935ae6a00ba595c76f09695e48e23eda24bbd5',
+        templates_sha='065f5348e0f25f33cf1bb0e01aea1de63c7f41fc40ca3e1b6075670ddf0c5e52',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -68340,7 +68458,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__generic_fp16__f16.cl',
         template='norm/generic.cl.j2',
         sha256='a01e6a428f14608e69fa5e4e3b0672dc17db5992b4fee905dfcedfaa011a588c',
-        templates_sha='73f75fa0e8f8ca9e91cd6b9505935ae6a00ba595c76f09695e48e23eda24bbd5',
+        templates_sha='065f5348e0f25f33cf1bb0e01aea1de63c7f41fc40ca3e1b6075670ddf0c5e52',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -68430,7 +68548,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__gpu_workgroup__f32.cl',
         template='norm/gpu_workgroup.cl.j2',
         sha256='c4206056ba7a10e198701ec85c275ce6964037cac6e4349896d236afdf8ac8ec',
-        templates_sha='147b8ed4e8766c14746cf70e1569777425d51bed1830836f288c2891d48e5504',
+        templates_sha='509a4760830f8887169f96b87d9bd0687cb9902af8846ec8ac93d401b16259fd',
         tunables=(('WG', (64, 128, 256)),),
         device_params=(),
         constraints=('is_pow2(WG)',),
@@ -68520,7 +68638,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/layer_norm/layer_norm__gpu_workgroup__f64.cl',
         template='norm/gpu_workgroup.cl.j2',
         sha256='aaf4db4d76887d5034153547ac8b3bb5513ec1095e438fe3f751c312e5d0bab3',
-        templates_sha='147b8ed4e8766c14746cf70e1569777425d51bed1830836f288c2891d48e5504',
+        templates_sha='509a4760830f8887169f96b87d9bd0687cb9902af8846ec8ac93d401b16259fd',
         tunables=(('WG', (64, 128, 256)),),
         device_params=(),
         constraints=('is_pow2(WG)',),
@@ -70670,7 +70788,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_blocked__f32__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='c8e8bebcfdb404d21081d72230c477d89d4816d32c170303231f2b0491e4744e',
-        templates_sha='d8bdbba8c9505b42a8572b02ecd5cd142361691e9d5ac920c3551fd9e45c8ba7',
+        templates_sha='e7f713181e71ae7b633ea2d5f175bee8a328a92ccec31c4414158045f172c40a',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -70791,7 +70909,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_blocked__f32__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='ea430fe87dbdd1d1d95cb788fe4ec7108aa597d3ef30e1adbb27d6e7e82e4d84',
-        templates_sha='d8bdbba8c9505b42a8572b02ecd5cd142361691e9d5ac920c3551fd9e45c8ba7',
+        templates_sha='e7f713181e71ae7b633ea2d5f175bee8a328a92ccec31c4414158045f172c40a',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -70912,7 +71030,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_blocked__f64__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='3a38da1a6f3c3b9a1c9bfb4798897a5d955d7514453f9ed859c17c28146b67e1',
-        templates_sha='d8bdbba8c9505b42a8572b02ecd5cd142361691e9d5ac920c3551fd9e45c8ba7',
+        templates_sha='e7f713181e71ae7b633ea2d5f175bee8a328a92ccec31c4414158045f172c40a',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -71033,7 +71151,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_blocked__f64__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
         sha256='bee6c37c2e05ee4ff1eef54e7e5d2f6e3853f6a696d833621f2b9002541023f9',
-        templates_sha='d8bdbba8c9505b42a8572b02ecd5cd142361691e9d5ac920c3551fd9e45c8ba7',
+        templates_sha='e7f713181e71ae7b633ea2d5f175bee8a328a92ccec31c4414158045f172c40a',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -71154,7 +71272,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed64__f64__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='a47ef8bb82244bf9cbfb1603f8cbfac781003c3bd3cbf12a973aafc89bcfb176',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -71254,6 +71372,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -71330,6 +71449,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -71414,6 +71534,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -71526,7 +71647,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed64__f64__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='23c24701bf65b49f78372f47a72fdc4ad5d8e07077ffc467fe99c0c9d6c292fe',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -71626,6 +71747,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -71702,6 +71824,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -71786,6 +71909,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -71898,7 +72022,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed64__f64__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='53a623fef28173d21b26515c5d507d1dead070f68078801cc7c575cab16a1d33',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -71998,6 +72122,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -72074,6 +72199,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -72158,6 +72284,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -72270,7 +72397,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed64__f64__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='1cf0f22732d1cd113ea4ef04c9129c2a308dd3913f6e2a12a330f023b804a4a2',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -72370,6 +72497,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -72446,6 +72574,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -72530,6 +72659,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -72642,7 +72772,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed__f32__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='d40af49735e618ebf3e8fae74d2e4ef4c30505664c3ba12b57a5a42f58f9f191',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -72747,6 +72877,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -72823,6 +72954,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -72907,6 +73039,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -73019,7 +73152,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed__f32__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='b3faaedb5fc51c7ba1c7b501b57092e78207ec594bd7beda212e122c3985c55f',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -73124,6 +73257,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -73200,6 +73334,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -73284,6 +73419,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -73396,7 +73532,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed__f32__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='c7c329fd6289f8eefc06f9794d64b1be7840a3a9f0bea04addedc55a8c869952',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -73501,6 +73637,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -73577,6 +73714,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -73661,6 +73799,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -73773,7 +73912,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__cpu_packed__f32__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
         sha256='c512541bb6c9656f422bbc00d723f9906e4e4727677023fdf11f0af5e624ca77',
-        templates_sha='f1b91c9c483a39b9b7207e4cbd20d45594a0293e1f17784fc0bc8784dbd52e01',
+        templates_sha='f548f4be75f8aeeb0ecdc9bd8a799f161d7ebe6c67fc794db7547f2880dedd5d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -73878,6 +74017,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('a',),
                 writes=('ap',),
+                panels='MR',
             ),
             Step(
                 name='pack_b',
@@ -73954,6 +74094,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('b',),
                 writes=('bp',),
+                panels=None,
             ),
             Step(
                 name='compute',
@@ -74038,6 +74179,7 @@ INSTANCES: dict[str, Instance] = {
                 ),
                 reads=('ap', 'bp'),
                 writes=('c',),
+                panels=None,
             ),
         ),
         scratch=(
@@ -74150,7 +74292,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f16__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='011444add0c0f2de89c7c3e63e899708354cb8fe46408162b1fb1838132ec5cc',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -74256,7 +74398,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f16__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='ec23c18238b4fe34840b0377451be24b8bb90230de1731c3ca18ca9e8c1ab206',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -74362,7 +74504,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f16__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='15684c67fc8306368e53394504b5a3b3c25f61a2b7aa90858d72a0a9a332996b',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -74468,7 +74610,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f16__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='54654063046322165bd7a1b53688eeffd902faa6765a3eda5089b055ea95402d',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -74574,7 +74716,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f32__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='3193b02e968b5f926a67fa360012baccc67d3f51843d2a50c9ccb7a8cb222df5',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -74680,7 +74822,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f32__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='026ac262493cc61845bc04c3d3bd1d876138999e83be366bf80f9319a73c7c9c',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -74786,7 +74928,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f32__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='b3dbeb09a1a01ee90eef0b22b26e619c1e227a927fc902f93fa7a9cc116b45f9',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -74892,7 +75034,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f32__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='c006d4e7d0b825cce15f57715fee3b7bd1d10aef34b7f13ea55afae5fbe1d7bc',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -74998,7 +75140,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f64__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='a10a2fd64c4378b8948b4502e8c46a3c17e60fb8b5f5ba9a8fdeee701b18c2c2',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -75104,7 +75246,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f64__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='989ac666f9f74a4e91de390a08741a37230a65717febfb050502ef1d64f6116e',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -75210,7 +75352,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f64__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='95a9cc0d9e421dda6a7e2a5fc850a0af133cb5b78a8e70936734e91a8ed075ab',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -75316,7 +75458,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic__f64__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='3ce8a7c45c558377a93983820b909b0e20389fb94b220c7085418fb609d993fe',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -75422,7 +75564,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic_half__f16__a_col__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='36c8605b85c3aab801edcaa1b0edad2c10b7dbd9702504b181dcfe3377432017',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -75528,7 +75670,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic_half__f16__a_col__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='f8b6b381f6e96dafee86d2389b028b390c36f863c26e071d5f418b92360c3dfe',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -75634,7 +75776,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic_half__f16__a_row__b_col.cl',
         template='matmul/generic.cl.j2',
         sha256='9cb7da20bbc7b7a2d8f986b11a6be89af249c903d7b02f1533846be5ed7511c2',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -75740,7 +75882,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__generic_half__f16__a_row__b_row.cl',
         template='matmul/generic.cl.j2',
         sha256='09e309cee9da6b2a7b908b480725dbadca798e3b0cbf1c601670bf8b9b67bdfc',
-        templates_sha='d080d44b83b36be4c2c7c2e0dd285acc4c62e266ebda6e6563199cd7bec54d40',
+        templates_sha='20578e703a9f87a947ea02509e4afba6eaa0ea745fd53f44f0cc872a7ca8efca',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -75846,7 +75988,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f16__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='1a88b21eed2685ab767f5e41116865efb2986f0acfb9c0c5624018fc380e62e8',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -75957,7 +76099,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f16__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='176249ad60aa75f375f21a9701c7852afd7505c96e63369b62eb09a4ed86c4b8',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -76068,7 +76210,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f16__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='1142b470a2bb142e27969dfd00e299d2c23a5740f4222034ad1a6d6b7428f22d',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -76179,7 +76321,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f16__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='b1885092b10a038d62df878568719d77d6ddbb5b513ebd1771c5c3c6406cd0ff',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -76290,7 +76432,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f32__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='3183e7ee2401c34933976d96de911bce6163373914be728c00a5fe4ea7bdd1d2',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -76401,7 +76543,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f32__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='35211d8c07de60f51f9c1f24f81210ee66eab792be230908343701b644d2a175',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -76512,7 +76654,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f32__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='1e2b591659ad875954692f83277a8bc458e7068bdf5083d3eb11a720bd5b1c54',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -76623,7 +76765,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f32__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='94b5960545a1bc44b71c7db900bc7407e01cfa9d8847a727ba3d8715bb88ea50',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -76734,7 +76876,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f64__a_col__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='3b33c34a2e3fe697ca54f1814c1153157aa9d05e90f8cd1609a13e500aa7a3a8',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -76845,7 +76987,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f64__a_col__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='dad10b41e3ba3680b93d92fe316d3befeb700c15913b25392e16b41e846270c1',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -76956,7 +77098,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f64__a_row__b_col.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='db7531c3f58507363b7c66d5ea714aa5c4a74b36355200f4d4869baed03eacc5',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -77067,7 +77209,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/matmul/matmul__gpu_tiled__f64__a_row__b_row.cl',
         template='matmul/gpu_tiled.cl.j2',
         sha256='9070009e0607e291daf89484fcbe96f6b9106b7eabbeecbe8d593427011ee931',
-        templates_sha='5456a125dee215957b44e6694e03b01d30499bb1449f47ef65fb02488907158c',
+        templates_sha='9cdb7359f7206ed8d83a9b2ff0669135d1bbd9912e8c60be174ca921425362ad',
         tunables=(('TS', (8, 16, 32)),),
         device_params=(
             (
@@ -90808,7 +90950,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__cpu__f32.cl',
         template='norm/cpu.cl.j2',
         sha256='825b3daddd12ab6cfb6725b7ecc29422c34f5251dd32b07181af09c99649942a',
-        templates_sha='66ddbda5755c916cc72bb0b6fc8a0bb2962fd917270ead12efb1fb02288674d2',
+        templates_sha='45c59b376537c1f595165e54ce4624cdafb0a88e2ed0075cadde97c15b653f2e',
         tunables=(('NA', (1, 2, 4, 8)), ('NT_MIN', (1048576, 4194304, 1073741824))),
         device_params=(),
         constraints=(),
@@ -90890,7 +91032,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__cpu__f64.cl',
         template='norm/cpu.cl.j2',
         sha256='33540afe551eb17b059cad9bc2e9ef949b49be87056722129265b6794ec09309',
-        templates_sha='66ddbda5755c916cc72bb0b6fc8a0bb2962fd917270ead12efb1fb02288674d2',
+        templates_sha='45c59b376537c1f595165e54ce4624cdafb0a88e2ed0075cadde97c15b653f2e',
         tunables=(('NA', (1, 2, 4, 8)), ('NT_MIN', (1048576, 4194304, 1073741824))),
         device_params=(),
         constraints=(),
@@ -90972,7 +91114,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__generic__f16.cl',
         template='norm/generic.cl.j2',
         sha256='0166307e1a8a4a9da12d416f5a0cf89997eb06073d49ed689dc4226f9bcbc6e2',
-        templates_sha='73f75fa0e8f8ca9e91cd6b9505935ae6a00ba595c76f09695e48e23eda24bbd5',
+        templates_sha='065f5348e0f25f33cf1bb0e01aea1de63c7f41fc40ca3e1b6075670ddf0c5e52',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -91054,7 +91196,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__generic__f32.cl',
         template='norm/generic.cl.j2',
         sha256='e427c9227d72a4af2d2e35037870cec39ffaa885f2366bc4fe198241e1318aa7',
-        templates_sha='73f75fa0e8f8ca9e91cd6b9505935ae6a00ba595c76f09695e48e23eda24bbd5',
+        templates_sha='065f5348e0f25f33cf1bb0e01aea1de63c7f41fc40ca3e1b6075670ddf0c5e52',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -91136,7 +91278,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__generic__f64.cl',
         template='norm/generic.cl.j2',
         sha256='2c982b638b4024b146efe4d33a010d04dbc6123455e9547d673328330e78e08f',
-        templates_sha='73f75fa0e8f8ca9e91cd6b9505935ae6a00ba595c76f09695e48e23eda24bbd5',
+        templates_sha='065f5348e0f25f33cf1bb0e01aea1de63c7f41fc40ca3e1b6075670ddf0c5e52',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -91218,7 +91360,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__generic_fp16__f16.cl',
         template='norm/generic.cl.j2',
         sha256='8eee87b64c904f4835a6e2fd4050ce2a7edb3c723c23066f6d47d9d26b2b4d9f',
-        templates_sha='73f75fa0e8f8ca9e91cd6b9505935ae6a00ba595c76f09695e48e23eda24bbd5',
+        templates_sha='065f5348e0f25f33cf1bb0e01aea1de63c7f41fc40ca3e1b6075670ddf0c5e52',
         tunables=(),
         device_params=(),
         constraints=(),
@@ -91300,7 +91442,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__gpu_workgroup__f32.cl',
         template='norm/gpu_workgroup.cl.j2',
         sha256='64659a46f8def8cecc7189bffa44f71fade90bb2adf8247e89ae9e9f460c8817',
-        templates_sha='147b8ed4e8766c14746cf70e1569777425d51bed1830836f288c2891d48e5504',
+        templates_sha='509a4760830f8887169f96b87d9bd0687cb9902af8846ec8ac93d401b16259fd',
         tunables=(('WG', (64, 128, 256)),),
         device_params=(),
         constraints=('is_pow2(WG)',),
@@ -91382,7 +91524,7 @@ INSTANCES: dict[str, Instance] = {
         source='kernels/rms_norm/rms_norm__gpu_workgroup__f64.cl',
         template='norm/gpu_workgroup.cl.j2',
         sha256='029fe82398239a4bdedf604fece6beb40f3c6831025950561ba52c6cd111f675',
-        templates_sha='147b8ed4e8766c14746cf70e1569777425d51bed1830836f288c2891d48e5504',
+        templates_sha='509a4760830f8887169f96b87d9bd0687cb9902af8846ec8ac93d401b16259fd',
         tunables=(('WG', (64, 128, 256)),),
         device_params=(),
         constraints=('is_pow2(WG)',),

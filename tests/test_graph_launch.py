@@ -65,27 +65,38 @@ def test_scratch_is_shared_and_sized_for_the_largest(model):
     spec = model.cache[(("S", 37),)]
     gemms = [p for p in spec.steps if p.plan.scratch]
     assert len(gemms) == 2  # both gemms run a packed routine with scratch (ap, bp)
-    relu = 0 if model.plan.fused.groups[0].kernel is not None else 1  # fused: no relu slot
+    s = spec.summary()
+    assert "scratch shared by every step [" in model.explain(file=None)
+    if model.plan.fused.groups[0].kernel is not None:
+        # fused: relu at the first gemm's epilogue, which stores h in the panels the second
+        # gemm's pack_a would make (graph/handoff.py): the second gemm's ap is h's slot
+        first, second = gemms
+        assert [name for name, _, _ in second.plan.scratch] == ["bp"]
+        assert [name for name, _ in second.aliases] == ["ap"]
+        mr = dict(second.plan.params)["MR"]
+        assert s["scratch_bytes"] == [first.plan.scratch[0][1] * 4]  # only the first's ap
+        assert s["slot_bytes"] == [-(-37 // mr) * mr * H * 4]  # h in panels of MR rows
+        return
     # bp (the packed weight) is each gemm's own, packed once; ap is shared, as large as the
     # larger gemm's
     ap = [p.plan.scratch[0] for p in gemms]
     assert [name for name, _, _ in ap] == ["ap", "ap"]
     assert ap[0][1] != ap[1][1]  # the two gemms' ap differ in size (K = 37, then H = 129)
-    s = spec.summary()
     assert s["scratch_bytes"] == [max(n * dt.itemsize for _, n, dt in ap)]
     assert len(spec.scratch) == 1  # one buffer per shared scratch position, not one per step
-    assert s["slot_bytes"] == [37 * H * 4] * (1 + relu)  # the first gemm's output, relu's
-    assert "scratch shared by every step [" in model.explain(file=None)
+    assert s["slot_bytes"] == [37 * H * 4] * 2  # the first gemm's output, relu's
 
 
 def test_packing_a_constant_runs_once(model):
     """gemm's pack_b of a constant weight runs when the specialization is made, not per call:
-    two kernels fewer per call (pack_a and compute of each gemm, and relu), results as NumPy's
-    (test_calls_alternating_sizes_and_inputs)."""
+    two kernels fewer per call (pack_a and compute of each gemm, and relu; fused, relu is the
+    first gemm's epilogue, which stores h packed for the second: no second pack_a), results
+    as NumPy's (test_calls_alternating_sizes_and_inputs)."""
     model(rand(5, K))
     spec = model.cache[(("S", 5),)]
     s = spec.summary()
-    assert s["kernels"] == 4 + (model.plan.fused.groups[0].kernel is None)
+    assert s["kernels"] == (3 if model.plan.fused.groups[0].kernel is not None else 5)
+    assert len(s["handoffs"]) == (model.plan.fused.groups[0].kernel is not None)
     assert len(s["run_once"]) == 2
     assert all("pack_b run once" in note for note in s["run_once"])
     assert "pack_b run once" in model.explain(file=None)

@@ -76,6 +76,7 @@ def _steps(spec: OpSpec, v: VariantSpec, instance: str, dtype: str) -> tuple[Ste
             _launch(s.launch),
             s.reads,
             s.writes,
+            s.panels,
         )
         for s in v.routine.steps
     )

@@ -17,6 +17,7 @@ aligned, else copied, and `explain` says which.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 import threading
@@ -37,6 +38,7 @@ from clforge.errors import BuildError, CallError, ClforgeError, GraphError
 from clforge.graph import fused_kernel
 from clforge.graph.buffers import Place
 from clforge.graph.explain import explain_plan
+from clforge.graph.handoff import HandOff, Panels, panels_of, producer_of, without_packing
 from clforge.graph.plan import Plan
 from clforge.graph.records import Node
 from clforge.graph.schedule import Step
@@ -71,6 +73,8 @@ class Prepared:
     held: bool  # the static instance's guard held (else the step re-dispatched)
     params: str  # the parameters and where they came from (the tuning chain's account)
     source: str = ""  # a fused group's generated OpenCL C (graph/fused_kernel.py)
+    # scratch of the plan bound to a value's slot instead (a packed hand-off's panels)
+    aliases: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(eq=False)
@@ -90,6 +94,7 @@ class Specialization:
     subs: tuple[tuple[int, int, int], ...] = ()
     views: tuple[str, ...] = ()  # what each view read by a kernel costs at these sizes
     once: tuple[str, ...] = ()  # the steps run once, when the specialization was made
+    handoffs: tuple[str, ...] = ()  # the packed hand-offs made, and those not made and why
     # the scratch buffers every step's routine shares (launch.scratch_sizes), held here
     scratch: tuple[Any, ...] = ()
     slot_bytes: tuple[int, ...] = ()  # per slot (its pool block may be larger)
@@ -120,6 +125,7 @@ class Specialization:
             "rebound_per_call": self.rebound,
             "views": list(self.views),
             "run_once": list(self.once),
+            "handoffs": list(self.handoffs),
         }
 
 
@@ -301,6 +307,7 @@ class Model:
             self._prepare(by_id[s.node], s, env, d) if s.group is None else self._fused(s, env, d)
             for s in self.plan.schedule.steps
         ]
+        prepared, handoffs, least = self._hand_off(prepared, env, d)
         rt = d.runtime
         # slots and scratch from the runtime's pool (large blocks get huge pages, as eager
         # calls' buffers do: runtime/hugepages.py), held by the specialization
@@ -313,7 +320,7 @@ class Model:
             tuple(x for x in p.plan.scratch if x[0] not in own)
             for p, (_, own) in zip(prepared, once, strict=True)
         ]
-        slot_bytes = [s.nbytes(env) for s in self.plan.buffers.slots]
+        slot_bytes = [max(s.nbytes(env), least.get(s.index, 0)) for s in self.plan.buffers.slots]
         scratch_bytes = scratch_sizes(shared)
         slots = [rt.allocator(n) if n else None for n in slot_bytes]
         scratch = [rt.allocator(n) if n else None for n in scratch_bytes]
@@ -353,6 +360,7 @@ class Model:
             tuple(binder.subs),
             tuple(binder.notes),
             tuple(binder.once),
+            tuple(handoffs),
             tuple(scratch),
             tuple(slot_bytes),
             tuple(scratch_bytes),
@@ -405,6 +413,76 @@ class Model:
             else f"{dict(plan.params)}: spec defaults (the chosen set could not be built)"
         )
         return Prepared(step, plan, fills, held, origin)
+
+    def _hand_off(
+        self, prepared: list[Prepared], env: Mapping[str, int], d: Dispatcher
+    ) -> tuple[list[Prepared], list[str], dict[int, int]]:
+        """The fuse stage's packed hand-offs (graph/handoff.py) that the instances chosen at
+        these sizes allow: the producer re-planned to store the value in the panels its reader
+        packs it into, the reader's packing step left out and its scratch bound to the value's
+        slot. Also what each made or why not, and the least bytes of each slot that holds
+        panels."""
+        ir = self.plan.ir
+        steps = list(prepared)
+        at = {p.step.node: k for k, p in enumerate(steps)}
+        made: list[tuple[HandOff, Panels]] = []
+        notes: list[str] = []
+        for h in self.plan.fused.handoffs:
+            kp, kc = at.get(h.producer), at.get(h.consumer)
+            if kp is None or kc is None:  # pragma: no cover - the schedule runs every node
+                continue
+            value = ir.value(h.value)
+            here = f"{value.name} from node {h.producer} to node {h.consumer}"
+            consumer = ir.node(h.consumer)
+            canon, _ = canonical_at(d.registry.op(consumer.op), ir, consumer, env)
+            panels, why = panels_of(h, steps[kc].plan, tuple(canon.inputs[h.tensor].shape))
+            producer = steps[kp].plan
+            if panels is not None and producer.inst.epilogue != producer_of(ir.node(h.producer)):
+                panels, why = None, f"{producer.inst.name} declares no epilogue point"
+            # its template stores by rows of its canonical output: they must be the panels' K
+            rows = producer.outputs[0][1] if producer.outputs else ()
+            if panels is not None and tuple(rows[-1:]) != (panels.K,):
+                why = f"{producer.inst.name} stores rows of {rows[-1:]}, not of {panels.K}"
+                panels = None
+            if panels is None or self.plan.buffers.place(h.value).kind != "slot":
+                notes.append(f"not handed off: {here}: {why or 'not in a slot'}")
+                continue
+            made.append((h, panels))
+            notes.append(
+                f"handed off: {here}: stored in the panels of {panels.R} rows that "
+                f"{panels.step} would pack; {panels.step} not launched"
+            )
+        chosen = {s.node: s.instance for s in self.plan.selections}
+        least: dict[int, int] = {}
+        for h, panels in made:  # producers first: a re-planned producer starts from its base
+            kp = at[h.producer]
+            p = steps[kp]
+            node = ir.node(h.producer)
+            if p.step.group is not None:
+                fk = self.plan.fused.groups[p.step.group].kernel
+                base = self._prepare(node, p.step, env, d)
+            else:
+                fk, base = fused_kernel.describe(d.registry, ir, [], (h.value,), (), node), p
+            if fk is None:  # pragma: no cover - a group's step names its kernel
+                continue
+            plan, how, source = fused_kernel.plan_epilogue(
+                d, ir, fk, base.plan, chosen, env, panels.context()
+            )
+            steps[kp] = dataclasses.replace(
+                p, plan=plan, params=f"{base.params}; {how}", source=source
+            )
+            slot = self.plan.buffers.place(h.value).index
+            item = DTYPES[ir.value(h.value).dtype].size
+            least[slot] = max(least.get(slot, 0), panels.elements * item)
+        for h, panels in made:
+            kc = at[h.consumer]
+            p = steps[kc]
+            steps[kc] = dataclasses.replace(
+                p,
+                plan=without_packing(p.plan, panels),
+                aliases=(*p.aliases, (panels.scratch, h.value)),
+            )
+        return steps, notes, least
 
     def _fused(self, step: Step, env: Mapping[str, int], d: Dispatcher) -> Prepared:
         """A fused group's step: its generated kernel, planned as a node's launch is."""
@@ -495,6 +573,8 @@ class _ViewBinder:
         rt = self.rt
         ir = self.model.plan.ir
         fixed: dict[str, Any] = shared_scratch(rt, shared, self.scratch)
+        for name, value in p.aliases:  # a packed hand-off's panels: the value's slot
+            fixed[name] = self._base(self.model.plan.buffers.place(value))[0]
         per_call: dict[str, int] = {}
         before: list[ReadyLaunch] = []
         held: list[Any] = []

@@ -64,6 +64,7 @@ def explain_plan(plan: Plan, cache: Mapping[Any, Any], *, verbose: bool = False)
         )
         specs.extend(f"  view: {note}" for note in s["views"])
         specs.extend(f"  {note}" for note in s["run_once"])
+        specs.extend(f"  {note}" for note in s["handoffs"])
         for node, step in zip(s["nodes"], spec.steps, strict=True):
             if step.step.group is not None:
                 specs.append(f"  group {step.step.group}: {node['instance']} (generated)")

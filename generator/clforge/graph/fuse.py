@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from clforge.core.dtypes import DTYPES
 from clforge.graph.dims import shape_str
 from clforge.graph.fused_kernel import FusedKernel, describe, elementwise_kind
+from clforge.graph.handoff import HandOff, candidates
 from clforge.graph.records import GraphIR, Node
 from clforge.registry.loader import Registry
 
@@ -51,6 +52,8 @@ class Fused:
     # the graph's rewrites before grouping: sibling gemms merged, permutes folded into layouts
     folds: tuple[str, ...] = ()
     before: int = 0  # nodes that launch kernels before fusion (0: those of the groups)
+    # values a producer may store in the packed panels of their reader (graph/handoff.py)
+    handoffs: tuple[HandOff, ...] = ()
 
     def lines(self, ir: GraphIR | None = None) -> list[str]:
         before = self.before or sum(len(g.nodes) for g in self.groups)
@@ -79,6 +82,7 @@ class Fused:
                 outs = ", ".join(ir.value(v).describe() for v, _ in g.kernel.outputs)
                 out.append(f"  reads {ins or 'nothing'}; writes {outs}")
             out.extend(f"  {ln}" for ln in g.kernel.expression.splitlines())
+        out.extend(h.line(ir) if ir is not None else str(h) for h in self.handoffs)
         out.extend(self.notes)
         return out
 
@@ -223,7 +227,15 @@ def fuse(
         dtypes = sorted({DTYPES[ir.value(v).dtype].name for n in ops for v in n.output_ids()})
         why = f"elementwise chain, {shape_str(ir.value(ops[-1].output_ids()[0]).shape)}"
         groups.append(Group(tuple(ids), f"{why} {'/'.join(dtypes)}", kernel))
-    return Fused(_ordered(ir, groups, maker), tuple(notes), rewrites, before)
+    stored: dict[int, int] = {}  # value -> the producer whose epilogue point stores it
+    for group in groups:
+        fk = group.kernel
+        if fk is None and len(by_id[group.nodes[0]].outputs) == 1:
+            stored[by_id[group.nodes[0]].output_ids()[0]] = group.nodes[0]
+        elif fk is not None and fk.producer is not None:
+            stored[fk.outputs[0][0]] = fk.producer
+    handoffs = candidates(ir, registry, stored)
+    return Fused(_ordered(ir, groups, maker), tuple(notes), rewrites, before, handoffs)
 
 
 def _boundary(

@@ -224,7 +224,8 @@ def _chain(
     `cpu`: the kernel is a cpu one, whose float exp/sigmoid/silu/tanh/gelu take
     _common/transcendentals.cl.j2's approximations, as the unary ops' cpu kernels do (the
     generic and gpu ones keep the built-ins)."""
-    out_shape = tuple(x.evaluate(env) for x in ir.value(fk.outputs[0][0]).shape)
+    made = fk.outputs[0][0] if fk.outputs else fk.inputs[0]  # an empty chain: its given value
+    out_shape = tuple(x.evaluate(env) for x in ir.value(made).shape)
     n = math.prod(out_shape)
     inputs, scalars, args = [], [], []
     tensors: list[TensorSig] = []
@@ -313,6 +314,7 @@ def _chain(
         "ipow": any(op.op == "pow" and not DTYPES[op.dtype].is_float for op in fk.ops),
         "pow8": any(op.op == "pow" and DTYPES[op.dtype].compute == "double" for op in fk.ops),
         "result": f"t{len(fk.ops) - 1}_" if fk.ops else "a0_",
+        "packed": None,  # an epilogue storing packed for its consumer (plan_epilogue)
     }
     return _Chain(context, tensors, args, scalar_args)
 
@@ -411,12 +413,15 @@ def plan_epilogue(
     base: LaunchPlan,
     selections: Mapping[int, str],
     env: Mapping[str, int],
+    packed: Mapping[str, int] | None = None,
 ) -> tuple[LaunchPlan, str, str]:
     """The producer's launch plan `base` with the chain `fk` applied at its epilogue point: its
     template rendered with the epilogue (its tuned parameters kept), the chain's inputs added to
     the arguments of the kernel that stores the output. Where the instance chosen at these sizes
     declares no epilogue point, the producer and the chain run as two kernels with a scratch
-    buffer between them. Also says which, and gives the OpenCL C."""
+    buffer between them. Also says which, and gives the OpenCL C. `packed`: the output is
+    stored in its consumer's packed panels (graph/handoff.py, `Panels.context`); the caller
+    has checked that the instance declares the epilogue point."""
     inst = base.inst
     out = inst.epilogue
     if out is None:
@@ -437,6 +442,7 @@ def plan_epilogue(
     chain = _chain(
         d.registry, ir, fk, env, params.get("VW", 1), given=True, cpu="cpu" in inst.targets
     )
+    chain.context["packed"] = dict(packed) if packed else None
     extra = chain.args
     writer = next((s for s in inst.kernels if out in s.writes), inst.kernels[0])
     if inst.steps:
@@ -475,5 +481,9 @@ def plan_epilogue(
             )
         launches.append(KernelLaunch(kernel, x.geometry, args, buffers))
     note = f"{inst.name} with the chain at its epilogue point (one kernel stores {out})"
+    if not fk.ops:
+        note = f"{inst.name} storing {out} through its epilogue point"
+    if packed:
+        note += f", in its reader's packed panels of {packed['R']} rows"
     plan_ = LaunchPlan(tuned, base.params, tuple(launches), base.scratch, base.outputs)
     return plan_, note, source

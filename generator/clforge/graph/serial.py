@@ -20,6 +20,7 @@ from clforge.graph.dims import Dim, parse_dim
 from clforge.graph.fuse import Fused, Group
 from clforge.graph.fused_kernel import FusedKernel, FusedOp
 from clforge.graph.guards import AxisCheck, Binding, GuardSet, Solve
+from clforge.graph.handoff import HandOff
 from clforge.graph.plan import Plan
 from clforge.graph.records import GraphIR, Guard, Node, Value
 from clforge.graph.schedule import Schedule, Step
@@ -42,6 +43,7 @@ _RECORDS: dict[str, type] = {
         Group,
         FusedKernel,
         FusedOp,
+        HandOff,
         NodeSelection,
         BufferPlan,
         Place,

@@ -230,7 +230,7 @@ def _probe(inst: Instance) -> dict[str, Any]:
     compute = DTYPES[inst.dtype].compute
     given = {"name": "in0", "index": 0, "kind": "given", "compute": compute, "half": False}
     chain = {"inputs": [given], "ops": [], "outputs": [], "fast": [], "strided": False, "rank": 1}
-    return {"epilogue": {**chain, "result": "a0_", "vector_ok": ""}}
+    return {"epilogue": {**chain, "result": "a0_", "vector_ok": "", "packed": None}}
 
 
 def render_problems(loaded: LoadedSpec, renderer: Renderer) -> list[Diagnostic]:

@@ -112,6 +112,9 @@ class Step:
     launch: Launch
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
+    # a packing step: the param giving the rows of the panels it copies its input into (the
+    # spec's `panels:`; graph/handoff.py), None for any other step
+    panels: str | None = None
 
 
 @dataclass(frozen=True)

@@ -180,6 +180,15 @@ class StepSpec(_Model):
     )
     launch: LaunchSpec = Field(description="the step's NDRange")
     doc: StrictStr = Field("", description="what the step does")
+    panels: StrictStr | None = Field(
+        None,
+        description="a step that only packs: it copies its one input, read as [batch,] M rows "
+        "by K (the input's last axis), into its one scratch as panels of this many rows (a "
+        "param of the variant) interleaved along K: element (z, i, k) at ((z * cdiv(M, R) + "
+        "i / R) * K + k) * R + i % R, rows past M repeating row M - 1. A compiled graph's "
+        "producer may then store that input there itself and the step is not launched "
+        "(docs/graph.md, 'Packed hand-offs')",
+    )
 
 
 class RoutineSpec(_Model):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from clforge.core.diagnostics import Collector, KeyPath
 from clforge.core.identifiers import identifier_problem
-from clforge.spec.model import OpSpec, VariantSpec
+from clforge.spec.model import OpSpec, StepSpec, VariantSpec
 from clforge.spec.variant_checks import check_expr
 
 
@@ -74,6 +74,8 @@ def check_routine(
                     f"output of the op ({', '.join(spec.outputs)}) nor scratch of the routine",
                 )
             written.add(buf)
+        if step.panels is not None:
+            _check_panels(col, spec, v, step, skey)
         for part in ("global_size", "local_size"):
             for j, e in enumerate(getattr(step.launch, part) or ()):
                 check_expr(col, (*skey, "launch", part, j), str(e), "int", scope)
@@ -85,3 +87,33 @@ def check_routine(
                 f"variant {v.name}: no step writes the output {out!r}",
                 at_key=True,
             )
+
+
+def _check_panels(
+    col: Collector, spec: OpSpec, v: VariantSpec, step: StepSpec, skey: KeyPath
+) -> None:
+    """A packing step (`panels:`) reads one input of the op and writes one scratch buffer,
+    its panels' rows a param of the variant."""
+    r = v.routine
+    scratch = r.scratch if r is not None else {}
+    if len(step.reads) != 1 or step.reads[0] not in spec.inputs:
+        col.add(
+            (*skey, "panels"),
+            "routine",
+            f"variant {v.name}: step {step.name} packs (panels:), so it reads one input of the "
+            f"op, not {', '.join(step.reads)}",
+        )
+    if len(step.writes) != 1 or step.writes[0] not in scratch:
+        col.add(
+            (*skey, "panels"),
+            "routine",
+            f"variant {v.name}: step {step.name} packs (panels:), so it writes one scratch "
+            f"buffer, not {', '.join(step.writes)}",
+        )
+    if step.panels not in v.params:
+        col.add(
+            (*skey, "panels"),
+            "routine",
+            f"variant {v.name}: step {step.name}'s panels: {step.panels!r} is not a param of "
+            f"the variant ({', '.join(v.params) or 'none'})",
+        )
