@@ -95,6 +95,8 @@ def test_the_model_bench_runs_every_side_and_checks_outputs():
         assert e["kernels"] >= (3 if "mlp" in r["case"] else 12) and g["kernels"] < u["kernels"]
         assert g["host_us_per_kernel"] > 0 and e["host_us_per_kernel"] > 0
         assert r["graph_vs_eager"] > 0 and r["graph_vs_ort"] > 0 and r["unfused_vs_eager"] > 0
+        assert g["waited_ms"] > 0 and r["graph_waited_vs_ort"] > 0  # the graph's calls waited for
+        assert "waited_ms" not in cells["onnxruntime"] or cells["onnxruntime"]["waited_ms"] is None
     text = model_text(rows, 1)
     assert all(c.title in text for c in cases)
     assert text.count("agree") == len(cases) + 1  # each row, and the header's explanation

@@ -197,3 +197,25 @@ def test_a_call_failing_midway_opens_its_gate():
     while done.command_execution_status != cl.command_execution_status.COMPLETE:
         assert time.monotonic() < deadline, "the gate stayed closed: the queue hangs"
         time.sleep(0.01)
+
+
+def test_calls_like_earlier_ones_take_their_specialization(model):
+    """A call whose inputs match an earlier call's (types, shapes, dtypes, a device array's
+    strides and offset) skips the guards and reuses its specialization; a device-array view or
+    a transposed host array of the same shape is still read as it is."""
+    q = dispatcher().runtime.queue
+    x = rand(13, K)
+    close(model(x), numpy_two_gemms(x))
+    seen = dict(model._seen)
+    close(model(x + 1), numpy_two_gemms(x + 1))
+    assert model._seen == seen  # the same key: nothing new remembered
+    t = np.ascontiguousarray(rand(K, 13)).T  # the same shape, not contiguous
+    close(model(t), numpy_two_gemms(t))
+    big = rand(14, K)
+    view = cla.to_device(q, big)[1:]  # an offset: gathered row-major, not remembered
+    close(model(view).get(), numpy_two_gemms(big[1:]))
+    close(model(view).get(), numpy_two_gemms(big[1:]))
+    assert "x" in model.views
+    d = cla.to_device(q, x)
+    close(model(d).get(), numpy_two_gemms(x))
+    close(model(d).get(), numpy_two_gemms(x))

@@ -44,6 +44,9 @@ class ModelOutcome(TypedDict):
     note: NotRequired[str]
     kernels: NotRequired[int | None]  # kernels one call launches (None: not counted)
     host_s: NotRequired[float]  # host seconds of one call
+    # clforge's sides: seconds of one call whose result is ready before the next call starts
+    # (the peers' calls return their results: their `seconds` are this already)
+    waited_s: NotRequired[float]
 
 
 def model_request(case: ModelCase, out: str) -> ModelRequest:
@@ -166,15 +169,22 @@ def host_seconds(call: Callable[[], Any], sync: Callable[[], Any]) -> float:
 
 
 def time_clforge(way: Callable[[], Any], rt: Any, timing: Timing, out: str | None) -> ModelOutcome:
-    """One of clforge's ways timed: seconds per call, kernels, host time; its output written
-    to `out` when given."""
+    """One of clforge's ways timed: seconds per call back to back (the queue drained once per
+    repeat) and per call waited for (drained after each), kernels, host time; its output
+    written to `out` when given."""
     try:
         result = way()
         if out is not None:
             np.save(out, result.get())
         sync = rt.queue.finish
+
+        def waited() -> None:
+            way()
+            sync()
+
         return {
             "seconds": seconds(way, sync, timing),
+            "waited_s": seconds(waited, sync, timing),
             "kernels": kernels_of(way, rt),
             "host_s": host_seconds(way, sync),
         }
