@@ -156,43 +156,43 @@ __kernel void gemm__cpu_packed64__f64__a_col__b_col__compute(
         c5_3_ += a5_ * b3_;
     }
     /* a whole panel (of gemm: without a bias term): vector stores */
-    if (j0_ + 32 <= N && beta == 0) {
+    if (j0_ + 32 <= N && (beta == 0 || bias_s1 == 1)) {
         __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
         if (i0_ + 0 < M) {
-            *(__global VU_*)(c_ + (size_t)0 * N + 0) = alpha * c0_0_;
-            *(__global VU_*)(c_ + (size_t)0 * N + 8) = alpha * c0_1_;
-            *(__global VU_*)(c_ + (size_t)0 * N + 16) = alpha * c0_2_;
-            *(__global VU_*)(c_ + (size_t)0 * N + 24) = alpha * c0_3_;
+            *(__global VU_*)(c_ + (size_t)0 * N + 0) = (beta == 0 ? alpha * c0_0_ : alpha * c0_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 0));
+            *(__global VU_*)(c_ + (size_t)0 * N + 8) = (beta == 0 ? alpha * c0_1_ : alpha * c0_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 8));
+            *(__global VU_*)(c_ + (size_t)0 * N + 16) = (beta == 0 ? alpha * c0_2_ : alpha * c0_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 16));
+            *(__global VU_*)(c_ + (size_t)0 * N + 24) = (beta == 0 ? alpha * c0_3_ : alpha * c0_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 24));
         }
         if (i0_ + 1 < M) {
-            *(__global VU_*)(c_ + (size_t)1 * N + 0) = alpha * c1_0_;
-            *(__global VU_*)(c_ + (size_t)1 * N + 8) = alpha * c1_1_;
-            *(__global VU_*)(c_ + (size_t)1 * N + 16) = alpha * c1_2_;
-            *(__global VU_*)(c_ + (size_t)1 * N + 24) = alpha * c1_3_;
+            *(__global VU_*)(c_ + (size_t)1 * N + 0) = (beta == 0 ? alpha * c1_0_ : alpha * c1_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 0));
+            *(__global VU_*)(c_ + (size_t)1 * N + 8) = (beta == 0 ? alpha * c1_1_ : alpha * c1_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 8));
+            *(__global VU_*)(c_ + (size_t)1 * N + 16) = (beta == 0 ? alpha * c1_2_ : alpha * c1_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 16));
+            *(__global VU_*)(c_ + (size_t)1 * N + 24) = (beta == 0 ? alpha * c1_3_ : alpha * c1_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 24));
         }
         if (i0_ + 2 < M) {
-            *(__global VU_*)(c_ + (size_t)2 * N + 0) = alpha * c2_0_;
-            *(__global VU_*)(c_ + (size_t)2 * N + 8) = alpha * c2_1_;
-            *(__global VU_*)(c_ + (size_t)2 * N + 16) = alpha * c2_2_;
-            *(__global VU_*)(c_ + (size_t)2 * N + 24) = alpha * c2_3_;
+            *(__global VU_*)(c_ + (size_t)2 * N + 0) = (beta == 0 ? alpha * c2_0_ : alpha * c2_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 0));
+            *(__global VU_*)(c_ + (size_t)2 * N + 8) = (beta == 0 ? alpha * c2_1_ : alpha * c2_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 8));
+            *(__global VU_*)(c_ + (size_t)2 * N + 16) = (beta == 0 ? alpha * c2_2_ : alpha * c2_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 16));
+            *(__global VU_*)(c_ + (size_t)2 * N + 24) = (beta == 0 ? alpha * c2_3_ : alpha * c2_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 24));
         }
         if (i0_ + 3 < M) {
-            *(__global VU_*)(c_ + (size_t)3 * N + 0) = alpha * c3_0_;
-            *(__global VU_*)(c_ + (size_t)3 * N + 8) = alpha * c3_1_;
-            *(__global VU_*)(c_ + (size_t)3 * N + 16) = alpha * c3_2_;
-            *(__global VU_*)(c_ + (size_t)3 * N + 24) = alpha * c3_3_;
+            *(__global VU_*)(c_ + (size_t)3 * N + 0) = (beta == 0 ? alpha * c3_0_ : alpha * c3_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 0));
+            *(__global VU_*)(c_ + (size_t)3 * N + 8) = (beta == 0 ? alpha * c3_1_ : alpha * c3_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 8));
+            *(__global VU_*)(c_ + (size_t)3 * N + 16) = (beta == 0 ? alpha * c3_2_ : alpha * c3_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 16));
+            *(__global VU_*)(c_ + (size_t)3 * N + 24) = (beta == 0 ? alpha * c3_3_ : alpha * c3_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 24));
         }
         if (i0_ + 4 < M) {
-            *(__global VU_*)(c_ + (size_t)4 * N + 0) = alpha * c4_0_;
-            *(__global VU_*)(c_ + (size_t)4 * N + 8) = alpha * c4_1_;
-            *(__global VU_*)(c_ + (size_t)4 * N + 16) = alpha * c4_2_;
-            *(__global VU_*)(c_ + (size_t)4 * N + 24) = alpha * c4_3_;
+            *(__global VU_*)(c_ + (size_t)4 * N + 0) = (beta == 0 ? alpha * c4_0_ : alpha * c4_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 0));
+            *(__global VU_*)(c_ + (size_t)4 * N + 8) = (beta == 0 ? alpha * c4_1_ : alpha * c4_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 8));
+            *(__global VU_*)(c_ + (size_t)4 * N + 16) = (beta == 0 ? alpha * c4_2_ : alpha * c4_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 16));
+            *(__global VU_*)(c_ + (size_t)4 * N + 24) = (beta == 0 ? alpha * c4_3_ : alpha * c4_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 24));
         }
         if (i0_ + 5 < M) {
-            *(__global VU_*)(c_ + (size_t)5 * N + 0) = alpha * c5_0_;
-            *(__global VU_*)(c_ + (size_t)5 * N + 8) = alpha * c5_1_;
-            *(__global VU_*)(c_ + (size_t)5 * N + 16) = alpha * c5_2_;
-            *(__global VU_*)(c_ + (size_t)5 * N + 24) = alpha * c5_3_;
+            *(__global VU_*)(c_ + (size_t)5 * N + 0) = (beta == 0 ? alpha * c5_0_ : alpha * c5_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 0));
+            *(__global VU_*)(c_ + (size_t)5 * N + 8) = (beta == 0 ? alpha * c5_1_ : alpha * c5_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 8));
+            *(__global VU_*)(c_ + (size_t)5 * N + 16) = (beta == 0 ? alpha * c5_2_ : alpha * c5_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 16));
+            *(__global VU_*)(c_ + (size_t)5 * N + 24) = (beta == 0 ? alpha * c5_3_ : alpha * c5_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 24));
         }
         return;
     }
