@@ -60867,8 +60867,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_blocked__f32__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
-        sha256='047a9e28317554fd54c8313cd61561e92e8ef7c0b72da9cf7410471eed9391fc',
-        templates_sha='e3f34d027f225862030e8c0b8a9db99453a7aa778ce71fe1ef13a6e3e75f686c',
+        sha256='8b812a710502088d706a50687e2d2c2ff8baaedeb3636941fdb214327cdb6b2e',
+        templates_sha='fd415806482add06ba1cb1aff06bfecbc48d57f430b4f03c21aabc48df6b98ed',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -61004,8 +61004,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_blocked__f32__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
-        sha256='03bd84f2883712a9c12dafce7704f598321383b3a567131db2c11a35cbbf5bea',
-        templates_sha='e3f34d027f225862030e8c0b8a9db99453a7aa778ce71fe1ef13a6e3e75f686c',
+        sha256='e69fcc09f5327392d836ac43c12eda35c4f73179df67b368dd4d6c1cfb281605',
+        templates_sha='fd415806482add06ba1cb1aff06bfecbc48d57f430b4f03c21aabc48df6b98ed',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -61141,8 +61141,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_blocked__f64__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
-        sha256='77d12aed4d951c0fa86e85c4960dcfb4fd0eed51f48f1d85fe951549f2d7023e',
-        templates_sha='e3f34d027f225862030e8c0b8a9db99453a7aa778ce71fe1ef13a6e3e75f686c',
+        sha256='400982ac3e9fe25a18ffe857a073d3484f0602288045c76f7e0d9800e6681cdd',
+        templates_sha='fd415806482add06ba1cb1aff06bfecbc48d57f430b4f03c21aabc48df6b98ed',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -61278,8 +61278,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_blocked__f64__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
-        sha256='247ad4c2be25cb6566f4a8a2753ced28af3ce307f2ab908df88a3b7c85bfb529',
-        templates_sha='e3f34d027f225862030e8c0b8a9db99453a7aa778ce71fe1ef13a6e3e75f686c',
+        sha256='8dbdb56d5b2176b0042a5a7154c64658ecc6fc54c9a9e1c002a4bc9b6be044ae',
+        templates_sha='fd415806482add06ba1cb1aff06bfecbc48d57f430b4f03c21aabc48df6b98ed',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -61415,8 +61415,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='e943c99fbb6fafb0b34e3e48e04100be642b3324bdc96a74ae5fe7c1e136b321',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='54c55b42b37395d3446007ff5b8e2357b5a44dbea0da1b5b1d945c8340ce62da',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -61806,8 +61806,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='adee37491724e67f76e4bfc2d75855b4ab37a7d7ea295e5fd61b35d46a914d2d',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='1c0150c0b827c13943854382742f148862c00b6520fed77b6f70c851dda6343d',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -62197,8 +62197,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='6ef2054e956f4b89407706c4ba79b961a94ee6474e7f60bc027aa25af36c0a39',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='f5489a16713376cd59afbedacb54135b24b770a1e4f17fab4f582ff992ae7e2d',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -62588,8 +62588,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='ebb2012be00cb364bff5897d2e4d0913c000223f1c377e521248ff87e9fddb6a',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='1963b06179260584a6c179e49df82dba1742580daad36ef8cba4514f0cbb3172',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -62979,8 +62979,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='f4f5a393e707c7a7c2524e3ab1badfed6594c7731b725d3e4b38dbce31e40b46',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='0d8cbb13d9819a58386495ea0372681379b4848cfa1eb9f7e3a6f1dab28db37a',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -63375,8 +63375,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='7493123c1c4543c99d8896163c716dfe7f17dc66af075c3a2d9841a00d6d0ba7',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='0f976becd2edf0eac553dcb01bb81cc04b5f73acb550b9988717b70376e2aaab',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -63771,8 +63771,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='aae9e17eb036eadf7a8dbaccc1083f56d78d45c5469803777e877719dda03b8b',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='5824de423b98d38fa93a180f5be37e067bf0956c05d98b25b940e12d0d540fb5',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -64167,8 +64167,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='e4f9448ccca140ba0b4f88c3c1fa293f57f616f5aa4bf8f07cf2717f8f67e2ad',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='28293bc7ec956384e6e8f84acdfbc230e76cfe5d81c0f8148662bfe4ac9e24cd',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -70787,8 +70787,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_blocked__f32__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
-        sha256='c8e8bebcfdb404d21081d72230c477d89d4816d32c170303231f2b0491e4744e',
-        templates_sha='e3f34d027f225862030e8c0b8a9db99453a7aa778ce71fe1ef13a6e3e75f686c',
+        sha256='592bec29ca442ecbdc79e0cc5057c5a3e0225d9278b614eb8d7044a435c56251',
+        templates_sha='fd415806482add06ba1cb1aff06bfecbc48d57f430b4f03c21aabc48df6b98ed',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -70908,8 +70908,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_blocked__f32__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
-        sha256='ea430fe87dbdd1d1d95cb788fe4ec7108aa597d3ef30e1adbb27d6e7e82e4d84',
-        templates_sha='e3f34d027f225862030e8c0b8a9db99453a7aa778ce71fe1ef13a6e3e75f686c',
+        sha256='73ce1e082e354cd92917ae128d6db08a1b6b397efa3f68816be8564d3db58dd0',
+        templates_sha='fd415806482add06ba1cb1aff06bfecbc48d57f430b4f03c21aabc48df6b98ed',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -71029,8 +71029,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_blocked__f64__a_col__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
-        sha256='3a38da1a6f3c3b9a1c9bfb4798897a5d955d7514453f9ed859c17c28146b67e1',
-        templates_sha='e3f34d027f225862030e8c0b8a9db99453a7aa778ce71fe1ef13a6e3e75f686c',
+        sha256='6a25b8379b63c6a67370c0d75999ba50ce35e8393169aa93bd311f04f8115959',
+        templates_sha='fd415806482add06ba1cb1aff06bfecbc48d57f430b4f03c21aabc48df6b98ed',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -71150,8 +71150,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_blocked__f64__a_row__b_row.cl',
         template='matmul/cpu_blocked.cl.j2',
-        sha256='bee6c37c2e05ee4ff1eef54e7e5d2f6e3853f6a696d833621f2b9002541023f9',
-        templates_sha='e3f34d027f225862030e8c0b8a9db99453a7aa778ce71fe1ef13a6e3e75f686c',
+        sha256='f284170d3eb0420af0299ebc5a5d68339e516b348265eb9e09fdda3332328b9e',
+        templates_sha='fd415806482add06ba1cb1aff06bfecbc48d57f430b4f03c21aabc48df6b98ed',
         tunables=(
             ('RP', (1, 4, 16)),
             ('TM', (2, 4, 6, 8)),
@@ -71271,8 +71271,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='a47ef8bb82244bf9cbfb1603f8cbfac781003c3bd3cbf12a973aafc89bcfb176',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='644aadd2709f7a6a7efd82fe11e49642a7e200cd2775d5956226a9316a3d3c2c',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -71646,8 +71646,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='23c24701bf65b49f78372f47a72fdc4ad5d8e07077ffc467fe99c0c9d6c292fe',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='be177e52809b3788823af4a39896e02f8eeb1c5983c2a170abaa6df4427aaac3',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -72021,8 +72021,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='53a623fef28173d21b26515c5d507d1dead070f68078801cc7c575cab16a1d33',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='c600a232265a32af4798a212b367713f8dd793636df427af2615bfa26ee23167',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -72396,8 +72396,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='1cf0f22732d1cd113ea4ef04c9129c2a308dd3913f6e2a12a330f023b804a4a2',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='f87a444f20002d54f962302b9e7c21eb92cf75df0accd7be777889a5589266b1',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(('KB', (64, 256)), ('MR', (4, 6, 8, 14)), ('NR', (16, 24, 32)), ('VW', (4, 8))),
         device_params=(
             (
@@ -72771,8 +72771,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='d40af49735e618ebf3e8fae74d2e4ef4c30505664c3ba12b57a5a42f58f9f191',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='844d654285d86184435368532fc070576cfa9834739d6090b0e1c266f9e5930d',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -73151,8 +73151,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='b3faaedb5fc51c7ba1c7b501b57092e78207ec594bd7beda212e122c3985c55f',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='a60677c460b892239426b7252c8054a32893c2fbfbc40eb37aef9d02fd04a6c3',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -73531,8 +73531,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='c7c329fd6289f8eefc06f9794d64b1be7840a3a9f0bea04addedc55a8c869952',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='8295dca3728aa46e4d9f130f845b5745381d598bf8d2b4dca73530f92165ea2d',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),
@@ -73911,8 +73911,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='c512541bb6c9656f422bbc00d723f9906e4e4727677023fdf11f0af5e624ca77',
-        templates_sha='a7ae586a7d940a158eb6fe3d2017f1aa22efcd7d4cd008dcb761cb1ce897d091',
+        sha256='d9f9c924e173f2b7baa651f0e8c8a8912c8381b03966fe898cd346370604895e',
+        templates_sha='12ca41f28c7643dede3a47901e040395406aa89344b62bed4b70e5df0485c85d',
         tunables=(
             ('KB', (64, 256)),
             ('MR', (4, 6, 8, 10, 12)),

@@ -4,9 +4,9 @@ A tuning entry is keyed by its instance's schema hash, which covers every templa
 is rendered from (shared macros included), so a change to a shared template makes every entry
 stale even where no kernel changed. This script renders each stale entry's own parameter set
 from the templates of an earlier revision (a temporary git worktree) and from the working tree;
-where the two sources are identical, the entry is the same measurement of the same kernel and
-gets the new key. Entries whose kernel did change stay stale (re-tune them, or `clforge tune
---prune` them for a device not at hand).
+where the two sources are identical but for comments and blank lines, the entry is the same
+measurement of the same kernel and gets the new key. Entries whose kernel did change stay stale
+(re-tune them, or `clforge tune --prune` them for a device not at hand).
 
     python tools/rekey_tuning.py HEAD          # before committing a template change
     python tools/rekey_tuning.py abc1234 --dry-run
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,9 +29,15 @@ from clforge.registry import loader
 from clforge.registry.loader import Registry
 from clforge.registry.records import Instance
 
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
+
 
 def _source(reg: Registry, renderer: Renderer, inst: Instance, params: tuple) -> str:
-    return renderer.render(dataclasses.replace(inst, params=params), reg.op(inst.op), inst.template)
+    """The kernel source of `inst` with `params`, its comments and blank lines left out: a
+    change to a comment is no change to the kernel the entry measured."""
+    text = renderer.render(dataclasses.replace(inst, params=params), reg.op(inst.op), inst.template)
+    lines = (ln.rstrip() for ln in _COMMENT.sub("", text).splitlines())
+    return "\n".join(ln for ln in lines if ln)
 
 
 def rekey(old_root: Path, *, dry_run: bool) -> dict[str, int]:

@@ -99,7 +99,7 @@ __kernel void gemm__cpu_blocked__f32__a_row__b_row(
             c5_1_ += a5_ * b1_;
         }
     }
-    /* a whole block (of gemm: without a bias term): vector stores */
+    /* a whole block (of gemm: a bias term not read or read as vectors): vector stores */
     if (i0_ + 6 <= M && nr_ == 16 && (beta == 0 || bias_s1 == 1)) {
         __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
         *(__global VU_*)(c_ + (size_t)0 * N + 0) = (beta == 0 ? alpha * c0_0_ : alpha * c0_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 0));
@@ -116,7 +116,7 @@ __kernel void gemm__cpu_blocked__f32__a_row__b_row(
         *(__global VU_*)(c_ + (size_t)5 * N + 8) = (beta == 0 ? alpha * c5_1_ : alpha * c5_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 8));
         continue;
     }
-    /* an edge block, and gemm with a bias term: element by element */
+    /* an edge block, and gemm with a bias term of other strides: element by element */
     if (i0_ + 0 < M) {
         float row_[16];
         *(VU_*)(row_ + 0) = c0_0_;

@@ -100,7 +100,7 @@ __kernel void matmul__cpu_blocked__f32__a_col__b_row(
             c5_1_ += a5_ * b1_;
         }
     }
-    /* a whole block (of gemm: without a bias term): vector stores */
+    /* a whole block (of gemm: a bias term not read or read as vectors): vector stores */
     if (i0_ + 6 <= M && nr_ == 16) {
         __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
         *(__global VU_*)(c_ + (size_t)0 * N + 0) = c0_0_;
@@ -117,7 +117,7 @@ __kernel void matmul__cpu_blocked__f32__a_col__b_row(
         *(__global VU_*)(c_ + (size_t)5 * N + 8) = c5_1_;
         continue;
     }
-    /* an edge block, and gemm with a bias term: element by element */
+    /* an edge block, and gemm with a bias term of other strides: element by element */
     if (i0_ + 0 < M) {
         float row_[16];
         *(VU_*)(row_ + 0) = c0_0_;

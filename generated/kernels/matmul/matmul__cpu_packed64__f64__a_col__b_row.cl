@@ -160,7 +160,7 @@ __kernel void matmul__cpu_packed64__f64__a_col__b_row__compute(
         c5_2_ += a5_ * b2_;
         c5_3_ += a5_ * b3_;
     }
-    /* a whole panel (of gemm: without a bias term): vector stores */
+    /* a whole panel (of gemm: a bias term not read or read as vectors): vector stores */
     if (j0_ + 32 <= N) {
         __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
         if (i0_ + 0 < M) {
@@ -201,7 +201,7 @@ __kernel void matmul__cpu_packed64__f64__a_col__b_row__compute(
         }
         return;
     }
-    /* the last panel, and gemm with a bias term: element by element */
+    /* the last panel, and gemm with a bias term of other strides: element by element */
     const int nr_ = min(32, N - j0_);
     if (i0_ + 0 < M) {
         double row_[32];

@@ -159,7 +159,7 @@ __kernel void matmul__cpu_packed__f32__a_row__b_row__compute(
         c5_2_ += a5_ * b2_;
         c5_3_ += a5_ * b3_;
     }
-    /* a whole panel (of gemm: without a bias term): vector stores */
+    /* a whole panel (of gemm: a bias term not read or read as vectors): vector stores */
     if (j0_ + 64 <= N) {
         __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
         if (i0_ + 0 < M) {
@@ -200,7 +200,7 @@ __kernel void matmul__cpu_packed__f32__a_row__b_row__compute(
         }
         return;
     }
-    /* the last panel, and gemm with a bias term: element by element */
+    /* the last panel, and gemm with a bias term of other strides: element by element */
     const int nr_ = min(64, N - j0_);
     if (i0_ + 0 < M) {
         float row_[64];
