@@ -154,3 +154,26 @@ def test_panels_of_another_block(mr: int) -> None:
         assert len(handed) == 2 and all(f"panels of {mr} rows" in ln for ln in handed)
     finally:
         d.override_params(inst, None)
+
+
+def test_the_gemms_take_parameters_tuned_as_the_graph_runs_them(monkeypatch) -> None:
+    """A gemm whose b is a constant packs it once per specialization, so its parameters are
+    looked up hoisted (`clforge tune --hoisted`'s HOIST~1 entries first); a step that packs
+    a per-call input (the layer_norm's output handed to pack_a) does not make it so. The
+    compile-time selection's `params:` line asks the same way."""
+    from clforge.call.dispatcher import Dispatcher
+
+    asked: list[tuple[str, bool]] = []
+    real = Dispatcher.params_for
+
+    def spy(self, inst, env, hoisted=False):  # type: ignore[no-untyped-def]
+        asked.append((inst.name, hoisted))
+        return real(self, inst, env, hoisted)
+
+    monkeypatch.setattr(Dispatcher, "params_for", spy)
+    g, want = _mlp()
+    x = rng.standard_normal((37, D)).astype(np.float32)
+    np.testing.assert_allclose(g.compile()(x), want(x), rtol=1e-4, atol=1e-4)
+    packed = {hoisted for name, hoisted in asked if "__cpu_packed__" in name}
+    others = {hoisted for name, hoisted in asked if "__cpu_packed__" not in name}
+    assert packed == {True} and others <= {False}

@@ -20,6 +20,7 @@ from clforge.emit.generate import generate
 from clforge.errors import CallError, TemplateError
 from clforge.params.database import (
     CATCH_ALL,
+    HOIST,
     Entry,
     TuningError,
     TuningFile,
@@ -195,6 +196,10 @@ ZEN4 = dataclasses.replace(CPU, name="AMD EPYC 9B14", arch="znver4", driver_vers
 SHIPPED = load_folder(DEFAULT.tuning)
 PACKED = "matmul__cpu_packed__f32__a_row__b_row"
 MM = {"BATCH": 1, "M": 1024, "N": 1024, "K": 1024, "BA": 1, "BB": 1}
+# an instance every shipped file tunes (their matmul and gemm cpu_packed entries were pruned
+# when that kernel changed), at a shape they hold
+CONV = "conv2d__cpu_packed__f32__x_row__y_row"
+CV = {"N": 1, "C": 256, "CG": 256, "H": 64, "W": 64, "K": 64, "R": 1, "S": 1, "OH": 64, "OW": 64}
 
 
 def _registers(params: dict[str, int]) -> int:
@@ -244,11 +249,20 @@ def test_an_avx2_device_borrows_nothing_from_avx512_files() -> None:
 def test_an_avx512_device_borrows_nothing_from_avx2_files() -> None:
     """The reverse: an AVX2 device's file (the Zen 3's, entries at every shipped key) serves
     no AVX-512 device, which gets its own computed block (32 registers)."""
-    avx2_file = TuningFile(Fingerprint.of(ZEN3), tuple(e for f in SHIPPED[:1] for e in f.entries))
+    avx2_file = TuningFile(Fingerprint.of(ZEN3), tuple(e for f in SHIPPED for e in f.entries))
     lookup = ParamLookup(ZEN4, (avx2_file,))
     c = lookup.choose(REG.instance(PACKED), MM)
-    # KB: a 64-column panel of b fills half of an L1 of 32 KiB (the size read where unknown)
-    assert c.entry is None and dict(c.params) == {"KB": 64, "MR": 6, "NR": 64, "VW": 16}
+    # KB: a 64-column panel of b fills half of an L1 of 32 KiB (the size read where unknown);
+    # at M = 1024 (over 16 row panels) the compute step takes one panel over the whole k range
+    assert c.entry is None and dict(c.params) == {
+        "KB": 64,
+        "MR": 6,
+        "NR": 64,
+        "VW": 16,
+        "KC": 1024,
+        "RB": 1,
+        "PF": 0,
+    }
     assert 16 < _registers(dict(c.params)) <= 32 - 2
     assert lookup.passed == (
         (avx2_file.device.slug, "AVX2 (16 x 256-bit) vs this device's AVX-512 (32 x 512-bit)"),
@@ -267,11 +281,11 @@ def test_the_nearest_device_of_the_same_isa_serves_beyond_the_architecture() -> 
     serves: the same driver version first (the Xeon's PyPI PoCL 3.0-rc2, not Debian's 3.1)."""
     lookup = ParamLookup(ZEN4, SHIPPED)
     assert lookup.passed == ()
-    c = lookup.choose(REG.instance(PACKED), MM)
+    c = lookup.choose(REG.instance(CONV), CV)
     assert c.origin.startswith("tuned on the nearest device of this vendor, type and vector ISA")
     assert c.file == "pocl-icelake-client-07c8ba99.yaml"
     debian = dataclasses.replace(ZEN4, driver_version="3.1+debian")
-    assert ParamLookup(debian, SHIPPED).choose(REG.instance(PACKED), MM).file == (
+    assert ParamLookup(debian, SHIPPED).choose(REG.instance(CONV), CV).file == (
         "pocl-skylake-avx512-22ac387f.yaml"
     )
     # then the nearest compute unit count (log2 ratio), files in the given order on a tie
@@ -282,7 +296,7 @@ def test_the_nearest_device_of_the_same_isa_serves_beyond_the_architecture() -> 
     )
     assert me.level(near) == me.level(far) == 1 and me.similarity(near) > me.similarity(far)
     files = tuple(TuningFile(fp, SHIPPED[0].entries) for fp in (far, near))
-    assert ParamLookup(ZEN4, files).choose(REG.instance(PACKED), MM).file == near.slug
+    assert ParamLookup(ZEN4, files).choose(REG.instance(CONV), CV).file == near.slug
 
 
 def test_explain_says_which_files_were_passed_over_and_why(
@@ -357,6 +371,72 @@ def test_an_override_reaches_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None
         d.override_params("relu__cpu__f32", None)
 
 
+def test_a_shape_tuned_hoisted_serves_the_compiled_graphs_calls_first() -> None:
+    """`clforge tune --hoisted` times gemm's compute with b packed once, as a compiled graph
+    runs it, and keys the entry with HOIST~1: a graph's call (hoisted dims) takes that entry,
+    an eager call (which packs b every call) never does, and a graph's call at a shape tuned
+    only eagerly takes the eager entry before the catch-all."""
+    inst = REG.instance("gemm__cpu_packed__f32__a_row__b_row")
+    dims = {"M": 32, "N": 768, "K": 768}
+    hoist = {**dims, HOIST: 1}
+    base = dict(inst.params)
+
+    def entry(dims: dict[str, int], **kw: int) -> Entry:
+        params = tuple(sorted({**base, **kw}.items()))
+        return Entry(inst.name, bucket_of(dims), params, schema_hash(inst), (), 1.0, 2.0, 3)
+
+    both = TuningFile(Fingerprint.of(CPU)).with_entries(
+        [entry(dims, RB=1, KC=1024, PF=0), entry(hoist, RB=4, KC=64, PF=2)]
+    )
+    lookup = ParamLookup(CPU, (both,))
+    assert dict(lookup.choose(inst, hoist).params)["RB"] == 4
+    assert dict(lookup.choose(inst, dims).params)["RB"] == 1
+    eager_only = TuningFile(Fingerprint.of(CPU)).with_entries([entry(dims, RB=1, KC=1024, PF=0)])
+    c = ParamLookup(CPU, (eager_only,)).choose(inst, hoist)
+    assert dict(c.params)["RB"] == 1 and c.entry is not None and c.entry.bucket == bucket_of(dims)
+    hoisted_only = TuningFile(Fingerprint.of(CPU)).with_entries([entry(hoist, RB=4, KC=64, PF=2)])
+    assert ParamLookup(CPU, (hoisted_only,)).choose(inst, dims).entry is None
+
+
+def test_the_hoisted_plan_times_the_routines_that_pack_weights() -> None:
+    """`--hoisted` plans only routines with a step that reads only weights (gemm's pack_b),
+    each shape marked HOIST; the blocked gemm, which packs nothing, is not planned."""
+    from clforge.tune.tuner import plan_jobs
+
+    cases = {"gemm": (Case({"M": 32, "N": 768, "K": 768}),)}
+    jobs = plan_jobs(REG, CPU, ["gemm"], ["f32"], cases, hoisted=True)
+    assert jobs and {j.inst.variant for j in jobs} == {"cpu_packed"}
+    assert all(dict(j.dims)[HOIST] == 1 for j in jobs)
+    eager = plan_jobs(REG, CPU, ["gemm"], ["f32"], cases)
+    assert "cpu_blocked" in {j.inst.variant for j in eager}
+    assert all(HOIST not in dict(j.dims) for j in eager)
+
+
+def test_a_hoisted_call_packs_the_weights_once_and_computes_right(runtime) -> None:
+    """The tuner's hoisted timing (measure.hoisted_call) runs pack_b once, then enqueues only
+    pack_a and compute per call, on the same buffers, and the result is the product."""
+    import numpy as np
+    import pyopencl.array as cla
+
+    from clforge.tune.measure import hoisted_call
+
+    inst = REG.instance("gemm__cpu_packed__f32__a_row__b_row")
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((37, 101)).astype(np.float32)
+    b = rng.standard_normal((101, 67)).astype(np.float32)
+    bias = rng.standard_normal((1, 67)).astype(np.float32)
+    dims = {"M": 37, "N": 67, "K": 101}
+    shapes = {"a": a.shape, "b": b.shape, "bias": bias.shape}
+    params = ParamSpace(inst).complete({"RB": 4, "KC": 64, "PF": 2})
+    plan = runtime.plan(inst, dims, {"alpha": 1.0, "beta": 1.0}, shapes, params)
+    inputs = {k: cla.to_device(runtime.queue, v) for k, v in (("a", a), ("b", b), ("bias", bias))}
+    call = hoisted_call(runtime, plan, inputs)
+    assert len(call.launches) == len(plan.launches) - 1  # pack_b ran once, in hoisted_call
+    call()
+    runtime.queue.finish()
+    np.testing.assert_allclose(call.outputs["c"].get(), a @ b + bias, rtol=1e-4, atol=1e-4)
+
+
 def test_the_plan_covers_channels_last_convs_and_the_layouts_asked_for() -> None:
     """Jobs run in every tensor's first layout and in the convention's others (channels-last
     convs, which the benchmarks run); `--layouts` adds combinations, and a tensor or layout
@@ -378,6 +458,9 @@ def test_the_plan_covers_channels_last_convs_and_the_layouts_asked_for() -> None
         plan_jobs(REG, CPU, ["matmul"], ["f32"], {"matmul": small}, parse_layouts("matmul:b=nhwc"))
     with pytest.raises(UsageError, match="is not OP:TENSOR=LAYOUT"):
         parse_layouts("matmul:b")
+    short = {"matmul": (Case({"M": 64, "N": 64, "K": 64}),)}
+    with pytest.raises(UsageError, match="matmul:M=64,N=64,K=64 does not give BA, BB"):
+        plan_jobs(REG, CPU, ["matmul"], ["f32"], short)
 
 
 def test_every_bench_case_is_tuned_at_its_own_shape_bucket() -> None:
@@ -824,6 +907,30 @@ def test_prune_drops_only_the_stale_entries(tmp_path: Path, capsys) -> None:  # 
     assert "dropped 2 stale entries, kept 1" in capsys.readouterr().out
     assert load_folder(tree.tuning)[0].entries == (live,)
     assert main(["--root", str(tmp_path), "tune", "--check"]) == 0
+
+
+def test_the_measuring_process_is_recycled(tmp_path: Path) -> None:
+    """A measuring process serves at most `recycle` requests, and `recycle()` (before each
+    race) hands the next request to a fresh one: a process that had run a few hundred packed
+    candidates once timed every packed candidate 7-8x slow (tune/pool.py)."""
+    from clforge.tune.pool import WorkerPool
+
+    pool = WorkerPool(DEFAULT.root, recycle=2)
+    req = {
+        "instance": "relu__cpu__f32",
+        "params": dict(REG.instance("relu__cpu__f32").params),
+        "dims": {"N": 1000},
+        "shapes": {"x": [1000]},
+        "attrs": {},
+        "repeats": 1,
+    }
+    try:
+        assert all(pool.request(req)["ok"] for _ in range(3))
+        assert pool.started == 2 and pool.served == 1
+        pool.recycle()
+        assert pool.request(req)["ok"] and pool.started == 3 and pool.restarts == 0
+    finally:
+        pool.close()
 
 
 def test_the_measuring_process_ends_with_a_killed_tuner(tmp_path: Path) -> None:

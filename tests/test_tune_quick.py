@@ -97,6 +97,9 @@ class _FakePool:
             return {"ok": True, "us": [self._us(r["params"]) for r in req["race"]]}
         return {"ok": True, "us": self._us(req["params"])}
 
+    def recycle(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 

@@ -88,175 +88,218 @@ __kernel void gemm__cpu_packed64__f64__a_col__b_row__compute(
     const double beta
 )
 {
-    const int i0_ = get_global_id(0) * 6;
     const int p_ = get_global_id(1);
     const int j0_ = p_ * 32;
     const size_t ao_ = 0, bo_ = 0, co_ = 0;
 
     const size_t za_ = 0, zb_ = 0;
-    __global const T_* ap_ = ap + (za_ * MP_ + get_global_id(0)) * (size_t)K * 6;
     __global const T_* bp_ = bp + (zb_ * NP_ + p_) * (size_t)K * 32;
-    double8 c0_0_ = 0;
-    double8 c0_1_ = 0;
-    double8 c0_2_ = 0;
-    double8 c0_3_ = 0;
-    double8 c1_0_ = 0;
-    double8 c1_1_ = 0;
-    double8 c1_2_ = 0;
-    double8 c1_3_ = 0;
-    double8 c2_0_ = 0;
-    double8 c2_1_ = 0;
-    double8 c2_2_ = 0;
-    double8 c2_3_ = 0;
-    double8 c3_0_ = 0;
-    double8 c3_1_ = 0;
-    double8 c3_2_ = 0;
-    double8 c3_3_ = 0;
-    double8 c4_0_ = 0;
-    double8 c4_1_ = 0;
-    double8 c4_2_ = 0;
-    double8 c4_3_ = 0;
-    double8 c5_0_ = 0;
-    double8 c5_1_ = 0;
-    double8 c5_2_ = 0;
-    double8 c5_3_ = 0;
-    for (int k_ = 0; k_ < K; ++k_) {
-        const double8 b0_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 0);
-        const double8 b1_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 8);
-        const double8 b2_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 16);
-        const double8 b3_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 24);
-        const ACC_ a0_ = ap_[(size_t)k_ * 6 + 0];
-        c0_0_ += a0_ * b0_;
-        c0_1_ += a0_ * b1_;
-        c0_2_ += a0_ * b2_;
-        c0_3_ += a0_ * b3_;
-        const ACC_ a1_ = ap_[(size_t)k_ * 6 + 1];
-        c1_0_ += a1_ * b0_;
-        c1_1_ += a1_ * b1_;
-        c1_2_ += a1_ * b2_;
-        c1_3_ += a1_ * b3_;
-        const ACC_ a2_ = ap_[(size_t)k_ * 6 + 2];
-        c2_0_ += a2_ * b0_;
-        c2_1_ += a2_ * b1_;
-        c2_2_ += a2_ * b2_;
-        c2_3_ += a2_ * b3_;
-        const ACC_ a3_ = ap_[(size_t)k_ * 6 + 3];
-        c3_0_ += a3_ * b0_;
-        c3_1_ += a3_ * b1_;
-        c3_2_ += a3_ * b2_;
-        c3_3_ += a3_ * b3_;
-        const ACC_ a4_ = ap_[(size_t)k_ * 6 + 4];
-        c4_0_ += a4_ * b0_;
-        c4_1_ += a4_ * b1_;
-        c4_2_ += a4_ * b2_;
-        c4_3_ += a4_ * b3_;
-        const ACC_ a5_ = ap_[(size_t)k_ * 6 + 5];
-        c5_0_ += a5_ * b0_;
-        c5_1_ += a5_ * b1_;
-        c5_2_ += a5_ * b2_;
-        c5_3_ += a5_ * b3_;
-    }
-    /* a whole panel (of gemm: a bias term not read or read as vectors): vector stores */
-    if (j0_ + 32 <= N && (beta == 0 || bias_s1 == 1)) {
-        __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
-        if (i0_ + 0 < M) {
-            *(__global VU_*)(c_ + (size_t)0 * N + 0) = (beta == 0 ? alpha * c0_0_ : alpha * c0_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 0));
-            *(__global VU_*)(c_ + (size_t)0 * N + 8) = (beta == 0 ? alpha * c0_1_ : alpha * c0_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 8));
-            *(__global VU_*)(c_ + (size_t)0 * N + 16) = (beta == 0 ? alpha * c0_2_ : alpha * c0_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 16));
-            *(__global VU_*)(c_ + (size_t)0 * N + 24) = (beta == 0 ? alpha * c0_3_ : alpha * c0_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 24));
+    double8 part_[192];  /* the row panels' partial sums between chunks */
+    int kc_ = 0;
+    do {  /* once at least: K = 0 stores alpha * 0 (+ beta * bias) */
+        const int kend_ = min(kc_ + 128, K);
+        /* the next chunk of b, prefetched a 64-byte line per step of the row panels after the
+           first (which reads this chunk from memory; the others find it in the cache) */
+        __global const T_* next_ = bp_ + (size_t)kend_ * 32;
+        const int lines_ = (min(kend_ + 128, K) - kend_) * 32 * (int)sizeof(T_) / 64;
+        for (int ii_ = 0; ii_ < 8; ++ii_) {
+            const int ip_ = get_global_id(0) * 8 + ii_;
+            if (ip_ >= MP_) break;
+            const int i0_ = ip_ * 6;
+            __global const T_* ap_ = ap + (za_ * MP_ + ip_) * (size_t)K * 6;
+            double8 c0_0_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 0) * 4 + 0];
+            double8 c0_1_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 0) * 4 + 1];
+            double8 c0_2_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 0) * 4 + 2];
+            double8 c0_3_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 0) * 4 + 3];
+            double8 c1_0_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 1) * 4 + 0];
+            double8 c1_1_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 1) * 4 + 1];
+            double8 c1_2_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 1) * 4 + 2];
+            double8 c1_3_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 1) * 4 + 3];
+            double8 c2_0_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 2) * 4 + 0];
+            double8 c2_1_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 2) * 4 + 1];
+            double8 c2_2_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 2) * 4 + 2];
+            double8 c2_3_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 2) * 4 + 3];
+            double8 c3_0_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 3) * 4 + 0];
+            double8 c3_1_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 3) * 4 + 1];
+            double8 c3_2_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 3) * 4 + 2];
+            double8 c3_3_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 3) * 4 + 3];
+            double8 c4_0_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 4) * 4 + 0];
+            double8 c4_1_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 4) * 4 + 1];
+            double8 c4_2_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 4) * 4 + 2];
+            double8 c4_3_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 4) * 4 + 3];
+            double8 c5_0_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 5) * 4 + 0];
+            double8 c5_1_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 5) * 4 + 1];
+            double8 c5_2_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 5) * 4 + 2];
+            double8 c5_3_ = kc_ == 0 ? (double8)0 : part_[(ii_ * 6 + 5) * 4 + 3];
+            for (int k_ = kc_; k_ < kend_; ++k_) {
+                const int s_ = (ii_ - 1) * (kend_ - kc_) + k_ - kc_;
+                if (ii_ > 0 && s_ < lines_) __builtin_prefetch(next_ + s_ * (64 / (int)sizeof(T_)), 0, 2);
+                const double8 b0_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 0);
+                const double8 b1_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 8);
+                const double8 b2_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 16);
+                const double8 b3_ = *(__global const double8*)(bp_ + (size_t)k_ * 32 + 24);
+                const ACC_ a0_ = ap_[(size_t)k_ * 6 + 0];
+                c0_0_ += a0_ * b0_;
+                c0_1_ += a0_ * b1_;
+                c0_2_ += a0_ * b2_;
+                c0_3_ += a0_ * b3_;
+                const ACC_ a1_ = ap_[(size_t)k_ * 6 + 1];
+                c1_0_ += a1_ * b0_;
+                c1_1_ += a1_ * b1_;
+                c1_2_ += a1_ * b2_;
+                c1_3_ += a1_ * b3_;
+                const ACC_ a2_ = ap_[(size_t)k_ * 6 + 2];
+                c2_0_ += a2_ * b0_;
+                c2_1_ += a2_ * b1_;
+                c2_2_ += a2_ * b2_;
+                c2_3_ += a2_ * b3_;
+                const ACC_ a3_ = ap_[(size_t)k_ * 6 + 3];
+                c3_0_ += a3_ * b0_;
+                c3_1_ += a3_ * b1_;
+                c3_2_ += a3_ * b2_;
+                c3_3_ += a3_ * b3_;
+                const ACC_ a4_ = ap_[(size_t)k_ * 6 + 4];
+                c4_0_ += a4_ * b0_;
+                c4_1_ += a4_ * b1_;
+                c4_2_ += a4_ * b2_;
+                c4_3_ += a4_ * b3_;
+                const ACC_ a5_ = ap_[(size_t)k_ * 6 + 5];
+                c5_0_ += a5_ * b0_;
+                c5_1_ += a5_ * b1_;
+                c5_2_ += a5_ * b2_;
+                c5_3_ += a5_ * b3_;
+            }
+            if (kend_ < K) {
+                part_[(ii_ * 6 + 0) * 4 + 0] = c0_0_;
+                part_[(ii_ * 6 + 0) * 4 + 1] = c0_1_;
+                part_[(ii_ * 6 + 0) * 4 + 2] = c0_2_;
+                part_[(ii_ * 6 + 0) * 4 + 3] = c0_3_;
+                part_[(ii_ * 6 + 1) * 4 + 0] = c1_0_;
+                part_[(ii_ * 6 + 1) * 4 + 1] = c1_1_;
+                part_[(ii_ * 6 + 1) * 4 + 2] = c1_2_;
+                part_[(ii_ * 6 + 1) * 4 + 3] = c1_3_;
+                part_[(ii_ * 6 + 2) * 4 + 0] = c2_0_;
+                part_[(ii_ * 6 + 2) * 4 + 1] = c2_1_;
+                part_[(ii_ * 6 + 2) * 4 + 2] = c2_2_;
+                part_[(ii_ * 6 + 2) * 4 + 3] = c2_3_;
+                part_[(ii_ * 6 + 3) * 4 + 0] = c3_0_;
+                part_[(ii_ * 6 + 3) * 4 + 1] = c3_1_;
+                part_[(ii_ * 6 + 3) * 4 + 2] = c3_2_;
+                part_[(ii_ * 6 + 3) * 4 + 3] = c3_3_;
+                part_[(ii_ * 6 + 4) * 4 + 0] = c4_0_;
+                part_[(ii_ * 6 + 4) * 4 + 1] = c4_1_;
+                part_[(ii_ * 6 + 4) * 4 + 2] = c4_2_;
+                part_[(ii_ * 6 + 4) * 4 + 3] = c4_3_;
+                part_[(ii_ * 6 + 5) * 4 + 0] = c5_0_;
+                part_[(ii_ * 6 + 5) * 4 + 1] = c5_1_;
+                part_[(ii_ * 6 + 5) * 4 + 2] = c5_2_;
+                part_[(ii_ * 6 + 5) * 4 + 3] = c5_3_;
+                continue;
+            }
+            /* a whole panel (of gemm: a bias term not read or read as vectors): vector stores */
+            if (j0_ + 32 <= N && (beta == 0 || bias_s1 == 1)) {
+                __global T_* c_ = c + co_ + (size_t)i0_ * N + j0_;
+                if (i0_ + 0 < M) {
+                    *(__global VU_*)(c_ + (size_t)0 * N + 0) = (beta == 0 ? alpha * c0_0_ : alpha * c0_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 0));
+                    *(__global VU_*)(c_ + (size_t)0 * N + 8) = (beta == 0 ? alpha * c0_1_ : alpha * c0_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 8));
+                    *(__global VU_*)(c_ + (size_t)0 * N + 16) = (beta == 0 ? alpha * c0_2_ : alpha * c0_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 16));
+                    *(__global VU_*)(c_ + (size_t)0 * N + 24) = (beta == 0 ? alpha * c0_3_ : alpha * c0_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 0) * bias_s0 + j0_ + 24));
+                }
+                if (i0_ + 1 < M) {
+                    *(__global VU_*)(c_ + (size_t)1 * N + 0) = (beta == 0 ? alpha * c1_0_ : alpha * c1_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 0));
+                    *(__global VU_*)(c_ + (size_t)1 * N + 8) = (beta == 0 ? alpha * c1_1_ : alpha * c1_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 8));
+                    *(__global VU_*)(c_ + (size_t)1 * N + 16) = (beta == 0 ? alpha * c1_2_ : alpha * c1_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 16));
+                    *(__global VU_*)(c_ + (size_t)1 * N + 24) = (beta == 0 ? alpha * c1_3_ : alpha * c1_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 24));
+                }
+                if (i0_ + 2 < M) {
+                    *(__global VU_*)(c_ + (size_t)2 * N + 0) = (beta == 0 ? alpha * c2_0_ : alpha * c2_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 0));
+                    *(__global VU_*)(c_ + (size_t)2 * N + 8) = (beta == 0 ? alpha * c2_1_ : alpha * c2_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 8));
+                    *(__global VU_*)(c_ + (size_t)2 * N + 16) = (beta == 0 ? alpha * c2_2_ : alpha * c2_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 16));
+                    *(__global VU_*)(c_ + (size_t)2 * N + 24) = (beta == 0 ? alpha * c2_3_ : alpha * c2_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 24));
+                }
+                if (i0_ + 3 < M) {
+                    *(__global VU_*)(c_ + (size_t)3 * N + 0) = (beta == 0 ? alpha * c3_0_ : alpha * c3_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 0));
+                    *(__global VU_*)(c_ + (size_t)3 * N + 8) = (beta == 0 ? alpha * c3_1_ : alpha * c3_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 8));
+                    *(__global VU_*)(c_ + (size_t)3 * N + 16) = (beta == 0 ? alpha * c3_2_ : alpha * c3_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 16));
+                    *(__global VU_*)(c_ + (size_t)3 * N + 24) = (beta == 0 ? alpha * c3_3_ : alpha * c3_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 24));
+                }
+                if (i0_ + 4 < M) {
+                    *(__global VU_*)(c_ + (size_t)4 * N + 0) = (beta == 0 ? alpha * c4_0_ : alpha * c4_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 0));
+                    *(__global VU_*)(c_ + (size_t)4 * N + 8) = (beta == 0 ? alpha * c4_1_ : alpha * c4_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 8));
+                    *(__global VU_*)(c_ + (size_t)4 * N + 16) = (beta == 0 ? alpha * c4_2_ : alpha * c4_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 16));
+                    *(__global VU_*)(c_ + (size_t)4 * N + 24) = (beta == 0 ? alpha * c4_3_ : alpha * c4_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 24));
+                }
+                if (i0_ + 5 < M) {
+                    *(__global VU_*)(c_ + (size_t)5 * N + 0) = (beta == 0 ? alpha * c5_0_ : alpha * c5_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 0));
+                    *(__global VU_*)(c_ + (size_t)5 * N + 8) = (beta == 0 ? alpha * c5_1_ : alpha * c5_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 8));
+                    *(__global VU_*)(c_ + (size_t)5 * N + 16) = (beta == 0 ? alpha * c5_2_ : alpha * c5_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 16));
+                    *(__global VU_*)(c_ + (size_t)5 * N + 24) = (beta == 0 ? alpha * c5_3_ : alpha * c5_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 24));
+                }
+                continue;
+            }
+            /* the last panel, and gemm with a bias term of other strides: element by element */
+            const int nr_ = min(32, N - j0_);
+            if (i0_ + 0 < M) {
+                double row_[32];
+                *(VU_*)(row_ + 0) = c0_0_;
+                *(VU_*)(row_ + 8) = c0_1_;
+                *(VU_*)(row_ + 16) = c0_2_;
+                *(VU_*)(row_ + 24) = c0_3_;
+                for (int j_ = 0; j_ < nr_; ++j_) {
+                    c[co_ + ((i0_ + 0) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+                }
+            }
+            if (i0_ + 1 < M) {
+                double row_[32];
+                *(VU_*)(row_ + 0) = c1_0_;
+                *(VU_*)(row_ + 8) = c1_1_;
+                *(VU_*)(row_ + 16) = c1_2_;
+                *(VU_*)(row_ + 24) = c1_3_;
+                for (int j_ = 0; j_ < nr_; ++j_) {
+                    c[co_ + ((i0_ + 1) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+                }
+            }
+            if (i0_ + 2 < M) {
+                double row_[32];
+                *(VU_*)(row_ + 0) = c2_0_;
+                *(VU_*)(row_ + 8) = c2_1_;
+                *(VU_*)(row_ + 16) = c2_2_;
+                *(VU_*)(row_ + 24) = c2_3_;
+                for (int j_ = 0; j_ < nr_; ++j_) {
+                    c[co_ + ((i0_ + 2) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+                }
+            }
+            if (i0_ + 3 < M) {
+                double row_[32];
+                *(VU_*)(row_ + 0) = c3_0_;
+                *(VU_*)(row_ + 8) = c3_1_;
+                *(VU_*)(row_ + 16) = c3_2_;
+                *(VU_*)(row_ + 24) = c3_3_;
+                for (int j_ = 0; j_ < nr_; ++j_) {
+                    c[co_ + ((i0_ + 3) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+                }
+            }
+            if (i0_ + 4 < M) {
+                double row_[32];
+                *(VU_*)(row_ + 0) = c4_0_;
+                *(VU_*)(row_ + 8) = c4_1_;
+                *(VU_*)(row_ + 16) = c4_2_;
+                *(VU_*)(row_ + 24) = c4_3_;
+                for (int j_ = 0; j_ < nr_; ++j_) {
+                    c[co_ + ((i0_ + 4) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+                }
+            }
+            if (i0_ + 5 < M) {
+                double row_[32];
+                *(VU_*)(row_ + 0) = c5_0_;
+                *(VU_*)(row_ + 8) = c5_1_;
+                *(VU_*)(row_ + 16) = c5_2_;
+                *(VU_*)(row_ + 24) = c5_3_;
+                for (int j_ = 0; j_ < nr_; ++j_) {
+                    c[co_ + ((i0_ + 5) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
+                }
+            }
         }
-        if (i0_ + 1 < M) {
-            *(__global VU_*)(c_ + (size_t)1 * N + 0) = (beta == 0 ? alpha * c1_0_ : alpha * c1_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 0));
-            *(__global VU_*)(c_ + (size_t)1 * N + 8) = (beta == 0 ? alpha * c1_1_ : alpha * c1_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 8));
-            *(__global VU_*)(c_ + (size_t)1 * N + 16) = (beta == 0 ? alpha * c1_2_ : alpha * c1_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 16));
-            *(__global VU_*)(c_ + (size_t)1 * N + 24) = (beta == 0 ? alpha * c1_3_ : alpha * c1_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 1) * bias_s0 + j0_ + 24));
-        }
-        if (i0_ + 2 < M) {
-            *(__global VU_*)(c_ + (size_t)2 * N + 0) = (beta == 0 ? alpha * c2_0_ : alpha * c2_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 0));
-            *(__global VU_*)(c_ + (size_t)2 * N + 8) = (beta == 0 ? alpha * c2_1_ : alpha * c2_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 8));
-            *(__global VU_*)(c_ + (size_t)2 * N + 16) = (beta == 0 ? alpha * c2_2_ : alpha * c2_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 16));
-            *(__global VU_*)(c_ + (size_t)2 * N + 24) = (beta == 0 ? alpha * c2_3_ : alpha * c2_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 2) * bias_s0 + j0_ + 24));
-        }
-        if (i0_ + 3 < M) {
-            *(__global VU_*)(c_ + (size_t)3 * N + 0) = (beta == 0 ? alpha * c3_0_ : alpha * c3_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 0));
-            *(__global VU_*)(c_ + (size_t)3 * N + 8) = (beta == 0 ? alpha * c3_1_ : alpha * c3_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 8));
-            *(__global VU_*)(c_ + (size_t)3 * N + 16) = (beta == 0 ? alpha * c3_2_ : alpha * c3_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 16));
-            *(__global VU_*)(c_ + (size_t)3 * N + 24) = (beta == 0 ? alpha * c3_3_ : alpha * c3_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 3) * bias_s0 + j0_ + 24));
-        }
-        if (i0_ + 4 < M) {
-            *(__global VU_*)(c_ + (size_t)4 * N + 0) = (beta == 0 ? alpha * c4_0_ : alpha * c4_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 0));
-            *(__global VU_*)(c_ + (size_t)4 * N + 8) = (beta == 0 ? alpha * c4_1_ : alpha * c4_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 8));
-            *(__global VU_*)(c_ + (size_t)4 * N + 16) = (beta == 0 ? alpha * c4_2_ : alpha * c4_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 16));
-            *(__global VU_*)(c_ + (size_t)4 * N + 24) = (beta == 0 ? alpha * c4_3_ : alpha * c4_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 4) * bias_s0 + j0_ + 24));
-        }
-        if (i0_ + 5 < M) {
-            *(__global VU_*)(c_ + (size_t)5 * N + 0) = (beta == 0 ? alpha * c5_0_ : alpha * c5_0_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 0));
-            *(__global VU_*)(c_ + (size_t)5 * N + 8) = (beta == 0 ? alpha * c5_1_ : alpha * c5_1_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 8));
-            *(__global VU_*)(c_ + (size_t)5 * N + 16) = (beta == 0 ? alpha * c5_2_ : alpha * c5_2_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 16));
-            *(__global VU_*)(c_ + (size_t)5 * N + 24) = (beta == 0 ? alpha * c5_3_ : alpha * c5_3_ + beta * *(__global const VU_*)(bias + (size_t)(i0_ + 5) * bias_s0 + j0_ + 24));
-        }
-        return;
-    }
-    /* the last panel, and gemm with a bias term of other strides: element by element */
-    const int nr_ = min(32, N - j0_);
-    if (i0_ + 0 < M) {
-        double row_[32];
-        *(VU_*)(row_ + 0) = c0_0_;
-        *(VU_*)(row_ + 8) = c0_1_;
-        *(VU_*)(row_ + 16) = c0_2_;
-        *(VU_*)(row_ + 24) = c0_3_;
-        for (int j_ = 0; j_ < nr_; ++j_) {
-            c[co_ + ((i0_ + 0) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 0) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
-        }
-    }
-    if (i0_ + 1 < M) {
-        double row_[32];
-        *(VU_*)(row_ + 0) = c1_0_;
-        *(VU_*)(row_ + 8) = c1_1_;
-        *(VU_*)(row_ + 16) = c1_2_;
-        *(VU_*)(row_ + 24) = c1_3_;
-        for (int j_ = 0; j_ < nr_; ++j_) {
-            c[co_ + ((i0_ + 1) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 1) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
-        }
-    }
-    if (i0_ + 2 < M) {
-        double row_[32];
-        *(VU_*)(row_ + 0) = c2_0_;
-        *(VU_*)(row_ + 8) = c2_1_;
-        *(VU_*)(row_ + 16) = c2_2_;
-        *(VU_*)(row_ + 24) = c2_3_;
-        for (int j_ = 0; j_ < nr_; ++j_) {
-            c[co_ + ((i0_ + 2) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 2) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
-        }
-    }
-    if (i0_ + 3 < M) {
-        double row_[32];
-        *(VU_*)(row_ + 0) = c3_0_;
-        *(VU_*)(row_ + 8) = c3_1_;
-        *(VU_*)(row_ + 16) = c3_2_;
-        *(VU_*)(row_ + 24) = c3_3_;
-        for (int j_ = 0; j_ < nr_; ++j_) {
-            c[co_ + ((i0_ + 3) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 3) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
-        }
-    }
-    if (i0_ + 4 < M) {
-        double row_[32];
-        *(VU_*)(row_ + 0) = c4_0_;
-        *(VU_*)(row_ + 8) = c4_1_;
-        *(VU_*)(row_ + 16) = c4_2_;
-        *(VU_*)(row_ + 24) = c4_3_;
-        for (int j_ = 0; j_ < nr_; ++j_) {
-            c[co_ + ((i0_ + 4) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 4) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
-        }
-    }
-    if (i0_ + 5 < M) {
-        double row_[32];
-        *(VU_*)(row_ + 0) = c5_0_;
-        *(VU_*)(row_ + 8) = c5_1_;
-        *(VU_*)(row_ + 16) = c5_2_;
-        *(VU_*)(row_ + 24) = c5_3_;
-        for (int j_ = 0; j_ < nr_; ++j_) {
-            c[co_ + ((i0_ + 5) * N + (j0_ + j_))] = (double)((beta == 0 ? alpha * (row_[j_]) : alpha * (row_[j_]) + beta * (ACC_)bias[(size_t)(i0_ + 5) * bias_s0 + (size_t)(j0_ + j_) * bias_s1]));
-        }
-    }
+        kc_ += 128;
+    } while (kc_ < K);
 }

@@ -45,7 +45,7 @@ from clforge.errors import (
     DispatchError,
     TemplateError,
 )
-from clforge.params.database import load_folders
+from clforge.params.database import HOIST, load_folders
 from clforge.params.lookup import Choice, ParamLookup
 from clforge.params.space import as_params
 from clforge.registry import loader as registry_mod
@@ -103,10 +103,13 @@ class Dispatcher:
     def for_runtime(cls, runtime: Runtime, *, strict: bool = False) -> Dispatcher:
         return cls(runtime, from_device(runtime.device), strict)
 
-    def params_for(self, inst: Instance, env: Mapping[str, int]) -> Choice:
+    def params_for(self, inst: Instance, env: Mapping[str, int], hoisted: bool = False) -> Choice:
         """The compile-time parameters `inst` runs with for these sizes, and where they came
-        from: tuned ones whose guard still holds, else the spec defaults."""
-        choice = self.lookup.choose(inst, self.registry.op(inst.op).dims_of(env))
+        from: tuned ones whose guard still holds, else the spec defaults. `hoisted`: the
+        routine's steps that read only weights run once (a compiled graph's constants), so a
+        set tuned that way comes first (`HOIST`)."""
+        dims = self.registry.op(inst.op).dims_of(env)
+        choice = self.lookup.choose(inst, {**dims, HOIST: 1} if hoisted else dims)
         if choice.params and not guard_holds(self.registry, inst, env, dict(choice.params)):
             return Choice(as_params(inst.param_map), "spec default (the tuned set's guard fails)")
         return choice
@@ -120,11 +123,12 @@ class Dispatcher:
         self.registry.instance(instance)  # an unknown name is an error now, not later
         self._shared.override(instance, values)
 
-    def plan_instance(self, inst: Instance, b: Bound) -> LaunchPlan:
-        """The launch plan of `inst` with the parameters :meth:`params_for` gives; a tuned or
-        computed set that cannot be rendered (an installed tree without templates/) or built
-        falls back to the generated spec defaults, with a warning (strict: an error)."""
-        choice = self.params_for(inst, b.env)
+    def plan_instance(self, inst: Instance, b: Bound, hoisted: bool = False) -> LaunchPlan:
+        """The launch plan of `inst` with the parameters :meth:`params_for` gives (`hoisted`:
+        as its); a tuned or computed set that cannot be rendered (an installed tree without
+        templates/) or built falls back to the generated spec defaults, with a warning
+        (strict: an error)."""
+        choice = self.params_for(inst, b.env, hoisted)
         try:
             return self.runtime.plan(inst, b.dims, b.attrs, b.shapes, choice.params)
         except (TemplateError, BuildError) as exc:

@@ -48,6 +48,7 @@ from clforge.graph.shapes import canonical_at
 from clforge.graph.strides import Strided, strided_views
 from clforge.interop.intake import intake_args
 from clforge.registry.loader import guard_holds
+from clforge.registry.records import Instance
 from clforge.runtime.launch import (
     LaunchPlan,
     Ready,
@@ -417,19 +418,19 @@ class Model:
         held = guard_holds(d.registry, static, b.env)
         inst = static if held else d.choose(n.op, n.dtype, layouts, b.env)
         try:
-            plan = d.plan_instance(inst, b)
+            plan = d.plan_instance(inst, b, _hoists(inst, step))
         except BuildError:
             if inst is not static:
                 raise
             inst = d.choose(n.op, n.dtype, layouts, b.env)
-            plan = d.plan_instance(inst, b)
+            plan = d.plan_instance(inst, b, _hoists(inst, step))
         for (tensor, vid), (name, shape, _, _) in zip(n.outputs, plan.outputs, strict=True):
             want = math.prod(x.evaluate(env) for x in ir.value(vid).shape)
             if name != tensor or math.prod(shape) != want:  # pragma: no cover - a planning slip
                 raise GraphError(
                     f"{here}: output {tensor} has {math.prod(shape)} elements, not {want}"
                 )
-        choice = d.params_for(inst, b.env)
+        choice = d.params_for(inst, b.env, _hoists(inst, step))
         origin = (
             choice.describe()
             if dict(choice.params) == dict(plan.params)
@@ -563,6 +564,14 @@ def _call_key(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
 def _on_device(rt: Runtime, a: Any) -> cla.Array:
     """A graph input on the device: a device array as it is, a host array uploaded row-major."""
     return a if type(a) is cla.Array else upload(rt, np.ascontiguousarray(a), "row")
+
+
+def _hoists(inst: Instance, step: Step) -> bool:
+    """Whether `inst` has a step that reads only the node's constants (gemm's pack_b of a
+    weight): it runs once per specialization (`Dispatcher.params_for`'s `hoisted`)."""
+    return inst.packs_once(
+        {t for t, _, place in step.inputs if place is None or place.kind == "constant"}
+    )
 
 
 def _constant_tensors(step: Step, strided: Mapping[int, Strided]) -> set[str]:

@@ -85,7 +85,7 @@ def select_nodes(ir: GraphIR, d: Dispatcher) -> tuple[NodeSelection, ...]:
                 symbolic,
                 inst.name,
                 inst.guard,
-                _params(d, inst, known, n.attrs),
+                _params(d, inst, known, n.attrs, inst.packs_once(_constants(ir, n))),
                 sel.table(),
             )
         )
@@ -102,15 +102,21 @@ def _best(d: Dispatcher, sel: Selection) -> Instance:
     return d.registry.instance(chosen.instance)
 
 
+def _constants(ir: GraphIR, n: Node) -> set[str]:
+    """The node's input tensors that are constants of the graph (or omitted)."""
+    return {t for t, vid in n.inputs if vid is None or vid in ir.constants}
+
+
 def _params(
     d: Dispatcher,
     inst: Instance,
     known: Mapping[str, int],
     attrs: tuple[tuple[str, float | int], ...],
+    hoisted: bool,
 ) -> str:
     try:
         env = {**known, **{k: v for k, v in attrs if isinstance(v, int)}}
-        return str(d.params_for(inst, env).describe())
+        return str(d.params_for(inst, env, hoisted).describe())
     except ClforgeError as exc:  # a computed set that needs a dim the graph does not fix
         why = getattr(exc, "message", str(exc))
         return f"decided per specialization, at each call's sizes ({why})"

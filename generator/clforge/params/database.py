@@ -46,6 +46,10 @@ from clforge.registry.records import Instance
 
 SCHEMA = 1
 CATCH_ALL = "*"
+# the pseudo-dim of a shape measured as a compiled graph runs a routine, its steps that read
+# only weights (every input but the first) run once and not timed (`clforge tune --hoisted`):
+# gemm's compute on b packed once, where an eager call packs b every call
+HOIST = "HOIST"
 HEADER = (
     "# clforge tuning database for one device: written by `clforge tune`, merged by\n"
     "# `clforge tune --merge A B`; see docs/tuning.md. Edit by hand only to delete\n"

@@ -20,6 +20,7 @@ from clforge.device.profile import DeviceProfile
 from clforge.errors import CallError
 from clforge.params.database import (
     CATCH_ALL,
+    HOIST,
     Entry,
     TuningFile,
     bucket_of,
@@ -139,8 +140,11 @@ class ParamLookup:
         sha = schema_hash(inst)
         exact = bucket_of(dims)
         shape = as_params(dims)
+        # a shape as a compiled graph runs it (HOIST): its own entry, else the eager call's
+        buckets = [exact, bucket_of({k: v for k, v in dims.items() if k != HOIST})]
         for lvl, f, entries in self._index:
-            candidates = [entries.get((inst.name, exact)), entries.get((inst.name, CATCH_ALL))]
+            candidates = [entries.get((inst.name, b)) for b in dict.fromkeys(buckets)]
+            candidates.append(entries.get((inst.name, CATCH_ALL)))
             for e in candidates:
                 if e is None:
                     continue

@@ -6,7 +6,7 @@ launch an instance: argument order and kinds, the NDRange as expressions, requir
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -177,3 +177,13 @@ class Instance:
     @property
     def param_map(self) -> dict[str, int]:
         return dict(self.params)
+
+    def packs_once(self, constant: Collection[str]) -> bool:
+        """Whether a step of this routine reads only tensors of `constant` (a compiled graph's
+        weights) and writes only scratch: it runs once per specialization (gemm's pack_b),
+        so the parameters tuned that way apply (`clforge tune --hoisted`)."""
+        scratch = {s.name for s in self.scratch}
+        return any(
+            s.reads and set(s.reads) <= set(constant) and set(s.writes) <= scratch
+            for s in self.steps
+        )

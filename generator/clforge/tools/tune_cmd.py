@@ -72,6 +72,13 @@ def add_parser(
     )
     t.add_argument("--fresh", action="store_true", help="forget the journal of earlier runs")
     t.add_argument(
+        "--hoisted",
+        action="store_true",
+        help="tune the routines as a compiled graph runs them, every input but the first a "
+        "constant: their steps that read only those run once and are not timed (gemm's "
+        "pack_b); the entries' shapes carry HOIST~1, and compiled graphs take them first",
+    )
+    t.add_argument(
         "--check",
         action="store_true",
         help="list stale entries (exit 1 if any), and entries that do not beat the default "
@@ -277,7 +284,16 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
     if stray:
         raise UsageError(f"--layouts names {', '.join(stray)}, which this run does not tune")
     dtypes = (args.dtypes or (",".join(quick.DTYPES) if args.quick else "f32,f64")).split(",")
-    jobs = plan_jobs(reg, profile, ops, dtypes, shapes, layouts, first_layouts_only=args.quick)
+    jobs = plan_jobs(
+        reg,
+        profile,
+        ops,
+        dtypes,
+        shapes,
+        layouts,
+        first_layouts_only=args.quick,
+        hoisted=args.hoisted,
+    )
     nearest = quick.NEAREST if args.quick else None
     held: list[Params | None] = [None] * len(jobs)
     if args.quick:  # what the chain gives each shape now races too: never worse than before
@@ -309,7 +325,7 @@ def _run(args: argparse.Namespace, tree: Tree, reg) -> int:  # type: ignore[no-u
             # no catch-all from a quick tune: one shape per op would speak for every shape on
             # this device, above another file's entry for the shape itself (seen: the last-axis
             # mean's IB=16 served the middle-axis mean, 0.76x the computed default's speed)
-            catch_all=args.shapes is None and not args.quick,
+            catch_all=args.shapes is None and not args.quick and not args.hoisted,
             nearest=nearest,
             finalists=quick.FINALISTS if args.quick else 3,
             incumbents=held,

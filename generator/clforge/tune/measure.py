@@ -9,6 +9,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyopencl.array as cla
@@ -16,7 +18,15 @@ import pyopencl.array as cla
 from clforge import references
 from clforge.core.dtypes import DTYPES
 from clforge.registry.records import OpSig
-from clforge.runtime.launch import LaunchPlan, Runtime
+from clforge.runtime.launch import (
+    LaunchPlan,
+    Ready,
+    ReadyLaunch,
+    Runtime,
+    constant_steps,
+    ready,
+    run_ready,
+)
 
 
 def median_time(
@@ -101,6 +111,39 @@ def time_plan(
 ) -> float:
     """Seconds per launch of `plan` (outputs allocated from the pool, as eager calls do)."""
     return calibrated_time(lambda: rt.enqueue(plan, inputs), rt.queue.finish, repeats, target_s)
+
+
+@dataclass(frozen=True, eq=False)
+class HoistedCall:
+    """A call of a routine as a compiled graph makes it (:func:`hoisted_call`): the launches it
+    enqueues, the ready plan whose scratch they write and the outputs they write (both held
+    here, so that the pool does not hand their buffers out while the launches use them)."""
+
+    queue: Any
+    launches: tuple[ReadyLaunch, ...]
+    made: Ready
+    outputs: Mapping[str, cla.Array]
+
+    def __call__(self) -> None:
+        run_ready(self.queue, self.launches, ())
+
+
+def hoisted_call(rt: Runtime, plan: LaunchPlan, inputs: Mapping[str, cla.Array]) -> HoistedCall:
+    """A call of routine `plan` as a compiled graph makes it where every input but the op's
+    first is a constant (a weight): the steps that read only those (`constant_steps`: gemm's
+    pack_b) run once, here, into scratch of their own, and each call enqueues the others on
+    the same buffers (`clforge tune --hoisted`)."""
+    first = rt.registry.op(plan.inst.op).inputs[0].name
+    once, _ = constant_steps(plan, set(inputs) - {first})
+    outs = {spec[0]: rt.empty(spec) for spec in plan.outputs}
+    bound = {
+        name: arr.base_data if arr.size else rt.dummy
+        for name, arr in (*inputs.items(), *outs.items())
+    }
+    made = ready(rt, plan, bound, {})
+    run_ready(rt.queue, made.launches, ())
+    kept = tuple(x for i, x in enumerate(made.launches) if i not in once)
+    return HoistedCall(rt.queue, kept, made, outs)
 
 
 def calibrated_time(

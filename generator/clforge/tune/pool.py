@@ -1,6 +1,13 @@
 """The tuner's link to its measuring process (:mod:`clforge.tune.worker`): one request at a
 time, each with a deadline. A worker that dies (a driver crash) or overruns (a hang) is
-killed and restarted; the candidate is recorded as failed, and the run goes on."""
+killed and restarted; the candidate is recorded as failed, and the run goes on.
+
+A measuring process also serves at most :data:`RECYCLE` requests before a fresh one takes over,
+and each race gets a fresh one (:meth:`WorkerPool.recycle`): PoCL 3.0 processes that had built
+and run a few hundred candidates of the packed matmul routine ran every packed candidate
+7-8x slower from then on (the default of matmul 64 at 26 us in a fresh process, 195-250 us
+there, in three tuning runs: a 2-core Sapphire Rapids, 2026-12-05), while the blocked variant,
+timed in the same process, kept its speed; the cause was not found."""
 
 from __future__ import annotations
 
@@ -15,14 +22,19 @@ from typing import Any
 
 from clforge.errors import ClforgeError
 
+RECYCLE = 100  # requests a measuring process serves before a fresh one takes over
+
 
 class WorkerPool:
-    def __init__(self, root: Path, timeout_s: float = 120.0) -> None:
+    def __init__(self, root: Path, timeout_s: float = 120.0, recycle: int = RECYCLE) -> None:
         self.root = root
         self.timeout_s = timeout_s
+        self.recycle_every = recycle
         self.proc: subprocess.Popen[str] | None = None
         self.lines: queue.Queue[str | None] = queue.Queue()
-        self.restarts = 0
+        self.restarts = 0  # processes lost to a crash or a hang
+        self.served = 0  # requests the present process has served
+        self.started = 0  # processes started
 
     def _start(self) -> None:
         env = {**os.environ, "CLFORGE_TREE": str(self.root), "CLFORGE_TUNER_PID": str(os.getpid())}
@@ -35,6 +47,8 @@ class WorkerPool:
             env=env,
         )
         self.lines = queue.Queue()
+        self.served = 0
+        self.started += 1
         threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
         ready = self._next(self.timeout_s)
         if ready is None or not json.loads(ready).get("ready"):
@@ -55,9 +69,16 @@ class WorkerPool:
         except queue.Empty:
             return None
 
+    def recycle(self) -> None:
+        """End the measuring process; the next request starts a fresh one."""
+        self.close()
+
     def request(self, req: dict[str, Any]) -> dict[str, Any]:
+        if self.served >= self.recycle_every:
+            self.recycle()
         if self.proc is None or self.proc.poll() is not None:
             self._start()
+        self.served += 1
         assert self.proc is not None and self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps(req) + "\n")

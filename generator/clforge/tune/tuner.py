@@ -30,8 +30,10 @@ from clforge.core.atomic_file import atomic_write
 from clforge.core.cache_dir import private_dir
 from clforge.core.tree import Tree
 from clforge.device.profile import DeviceProfile
+from clforge.errors import UsageError
 from clforge.params.database import (
     CATCH_ALL,
+    HOIST,
     Entry,
     TuningFile,
     bucket_of,
@@ -43,7 +45,7 @@ from clforge.params.lookup import ParamLookup
 from clforge.params.space import Params, ParamSpace, as_params, params_text
 from clforge.references.base import Case
 from clforge.registry.loader import Registry, guard_holds
-from clforge.registry.records import Instance
+from clforge.registry.records import Instance, OpSig
 from clforge.tune.cases import default_cases, default_layouts, full_layouts
 from clforge.tune.pool import WorkerPool
 
@@ -105,6 +107,20 @@ class Report:
     defaults_kept: set[tuple[str, str]] = field(default_factory=set)
 
 
+def _check_case(name: str, op: OpSig, case: Case) -> None:
+    """A usage error unless `case` (from --shapes) gives every size of the op's inputs."""
+    needed = sorted(
+        {d for t in op.inputs if t.name not in case.shapes for d in t.shape if not d.isdigit()}
+    )
+    missing = [d for d in needed if d not in case.dims]
+    if missing:
+        given = ",".join(f"{k}={v}" for k, v in case.dims.items())
+        raise UsageError(
+            f"--shapes: {name}:{given} does not give {', '.join(missing)} "
+            f"({name}'s sizes: {', '.join(needed)})"
+        )
+
+
 def plan_jobs(
     reg: Registry,
     profile: DeviceProfile,
@@ -114,11 +130,14 @@ def plan_jobs(
     layouts: Mapping[str, tuple[Mapping[str, str], ...]] | None = None,
     *,
     first_layouts_only: bool = False,
+    hoisted: bool = False,
 ) -> list[Job]:
     """The instances the device would consider (target, requirements and guard accepted) with
     parameters to tune, at each tuning shape of their op, in each layout combination: the
     first layouts and the op's defaults (:func:`~clforge.tune.cases.default_layouts`; only the
-    first with `first_layouts_only`), plus those `layouts` gives for it."""
+    first with `first_layouts_only`), plus those `layouts` gives for it. `hoisted`: only the
+    routines with a step that reads only weights (every input but the op's first), their
+    dims marked HOIST: timed as a compiled graph runs them (measure.hoisted_call)."""
     jobs: list[Job] = []
     wanted = set(dtypes)
     for name in ops:
@@ -130,7 +149,10 @@ def plan_jobs(
             full = full_layouts(op, extra)
             if full not in combos:
                 combos.append(full)
-        for case, lay in itertools.product((cases or {}).get(name) or default_cases(op), combos):
+        chosen = (cases or {}).get(name)
+        for case in chosen or ():
+            _check_case(name, op, case)
+        for case, lay in itertools.product(chosen or default_cases(op), combos):
             shapes = {
                 t.name: tuple(case.shapes.get(t.name, tuple(case.dims[d] for d in t.shape)))
                 for t in op.inputs
@@ -146,12 +168,15 @@ def plan_jobs(
                     if not cand.accepted or cand.instance is None:
                         continue
                     inst = reg.instance(cand.instance)
+                    if hoisted and not inst.packs_once({t.name for t in op.inputs[1:]}):
+                        continue
                     if inst.tunables:
+                        marked = {**dims, HOIST: 1} if hoisted else dims
                         jobs.append(
                             Job(
                                 inst,
                                 case,
-                                tuple(sorted(dims.items())),
+                                tuple(sorted(marked.items())),
                                 tuple(sorted(shapes.items())),
                                 tuple(sorted(attrs.items())),
                             )
@@ -319,6 +344,7 @@ def tune(
             if base in timed and base not in racing:
                 racing.append(base)  # the winner must beat it side by side
             if len(racing) > 1:
+                pool.recycle()  # the deciding measurement, in a fresh process (tune/pool.py)
                 runners = [(job.inst, p) for p in racing]
                 raced = _race(pool, journal, report, job, runners, repeats)
                 for params, us in zip(list(racing), raced, strict=True):
@@ -417,6 +443,7 @@ def _race_variants(
         if len(group) < 2:
             continue
         runners = [(t.job.inst, t.chosen) for t in group]
+        pool.recycle()
         raced = _race(pool, journal, report, group[0].job, runners, repeats)
         for t, us in zip(group, raced, strict=True):
             if us is not None:

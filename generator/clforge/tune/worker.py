@@ -8,6 +8,8 @@ A race: {"race": [{"instance", "params"}, ...], "dims", "shapes", "attrs", "repe
 candidates (instances of one op and dtype) timed interleaved, on the same inputs
 (:func:`~clforge.tune.measure.race_times`). Reply: {"ok": true, "us": [microseconds or null],
 "problems": [null or why]}, in the request's order.
+A request whose dims hold HOIST (`clforge tune --hoisted`) times the routine as a compiled
+graph runs it: the steps that read only weights once, before timing (measure.hoisted_call).
 Each (instance, params) is verified once against the NumPy reference on the op's cases
 (canary-padded) before it is ever timed; a wrong candidate is reported, never timed.
 """
@@ -28,12 +30,19 @@ import pyopencl.array as cla
 from clforge.call.binding import int_attrs
 from clforge.core.tree import Tree
 from clforge.errors import ClforgeError
+from clforge.params.database import HOIST
 from clforge.params.space import Params, as_params
 from clforge.registry import loader as registry_mod
 from clforge.registry.loader import guard_holds
 from clforge.registry.records import Instance
 from clforge.runtime.launch import LaunchPlan, Runtime
-from clforge.tune.measure import device_inputs, race_times, time_plan
+from clforge.tune.measure import (
+    calibrated_time,
+    device_inputs,
+    hoisted_call,
+    race_times,
+    time_plan,
+)
 from clforge.tune.verify import verify
 
 NO_CASE = "its guard holds on none of the op's cases with these params, so nothing checked it"
@@ -53,14 +62,22 @@ class Worker:
         if isinstance(plan, str):
             return {"ok": False, "problem": plan[:2000]}
         inputs = self._inputs(plan.inst, req)
-        seconds = time_plan(self.rt, plan, inputs, repeats=int(req.get("repeats", 7)))
+        repeats = int(req.get("repeats", 7))
+        if HOIST in req["dims"]:
+            call = hoisted_call(self.rt, plan, inputs)
+            seconds = calibrated_time(call, self.rt.queue.finish, repeats)
+        else:
+            seconds = time_plan(self.rt, plan, inputs, repeats=repeats)
         return {"ok": True, "us": seconds * 1e6}
 
     def race(self, req: dict[str, Any]) -> dict[str, Any]:
         plans = [self._plan(c["instance"], {**req, "params": c["params"]}) for c in req["race"]]
         ready = [p for p in plans if not isinstance(p, str)]
         inputs = self._inputs(ready[0].inst, req) if ready else {}
-        calls = [functools.partial(self.rt.enqueue, p, inputs) for p in ready]
+        if HOIST in req["dims"]:  # as a compiled graph runs them: weights packed once
+            calls: list[Any] = [hoisted_call(self.rt, p, inputs) for p in ready]
+        else:
+            calls = [functools.partial(self.rt.enqueue, p, inputs) for p in ready]
         rounds = 3 * int(req.get("repeats", 7))  # the deciding measurement: more than a job's
         times = iter(race_times(calls, self.rt.queue.finish, rounds=rounds))
         return {
@@ -90,7 +107,8 @@ class Worker:
         if not guard_holds(reg, inst, env, dict(params)):
             return f"its guard {inst.guard!r} does not hold at this shape"
         shapes = {k: tuple(v) for k, v in req["shapes"].items()}
-        return self.rt.plan(inst, req["dims"], req["attrs"], shapes, params)
+        dims = {k: v for k, v in req["dims"].items() if k != HOIST}
+        return self.rt.plan(inst, dims, req["attrs"], shapes, params)
 
     def _inputs(self, inst: Instance, req: dict[str, Any]) -> dict[str, cla.Array]:
         shapes = {k: tuple(v) for k, v in req["shapes"].items()}
