@@ -51480,7 +51480,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'row'), ('w', 'row'), ('bias', 'row'), ('y', 'row')),
         targets=('cpu',),
         priority=4,
-        params=(('MR', 6), ('NR', 64), ('VW', 16)),
+        params=(('MR', 6), ('NR', 64), ('PD', 16), ('VW', 16)),
         guard='R == 1 and S == 1 and stride_h == 1 and stride_w == 1 and pad_h == 0 and pad_w == 0 and groups == 1',
         requires=Requirements(
             extensions=(),
@@ -51663,9 +51663,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_pointwise__f32__x_row__y_row.cl',
         template='conv2d/cpu_pointwise.cl.j2',
-        sha256='1906f5dddd05b1f12c88b537aa2edcaf886f32955feb10469fd8387697b1c82e',
-        templates_sha='a9e17c1f300d2506118bc414f3a96fa09e6044648de4e4b2a8aec1719c215ea1',
-        tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
+        sha256='c3703c72dd4e12b95d21c9cff741025b7e7af4cb9c982ae744a8694d29cf8be1',
+        templates_sha='9bfe6ffb2186b5f57965fe206c14729bc5cb763adbaa571038020f4a5400f7cd',
+        tunables=(
+            ('MR', (4, 6, 8, 12)),
+            ('NR', (16, 32, 64)),
+            ('PD', (0, 8, 16, 32)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
             (
                 'MR',
@@ -51675,12 +51680,14 @@ INSTANCES: dict[str, Instance] = {
                 'NR',
                 'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
             ),
+            ('PD', 'max(4, min(32, 256 / (MR * NR / VW)))'),
             ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
             '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            'PD >= 0',
         ),
         build_options='',
         epilogue=None,

@@ -107,6 +107,12 @@ __kernel void conv2d__cpu_pointwise__f32__x_row__y_row__compute(
         for (int c_ = 0; c_ < C; ++c_) {
             __global const T_* xr_ = x_ + (size_t)c_ * P_;
             __global const T_* wr_ = wp_ + (size_t)c_ * 6;
+            if (c_ + 16 < C) {  /* the row PD channels ahead: a 64-byte line a call */
+                __builtin_prefetch(xr_ + (size_t)16 * P_ + 0, 0, 3);
+                __builtin_prefetch(xr_ + (size_t)16 * P_ + 16, 0, 3);
+                __builtin_prefetch(xr_ + (size_t)16 * P_ + 32, 0, 3);
+                __builtin_prefetch(xr_ + (size_t)16 * P_ + 48, 0, 3);
+            }
             const float16 b0_ = *(__global const VU_*)(xr_ + 0);
             const float16 b1_ = *(__global const VU_*)(xr_ + 16);
             const float16 b2_ = *(__global const VU_*)(xr_ + 32);
