@@ -186,9 +186,12 @@ class Runtime:
             k = self._kernels.get(key)
             if k is None:
                 prog = self.build(inst, params)
+                # cl.Kernel, not getattr(prog, name): a program shared by parameter sets that
+                # render the same source gives each its own kernel object without pyopencl's
+                # RepeatedKernelRetrieval warning (the same cost either way)
                 try:
-                    k = getattr(prog, step.kernel)
-                except AttributeError:
+                    k = cl.Kernel(prog, step.kernel)
+                except cl.Error:
                     names = prog.get_info(cl.program_info.KERNEL_NAMES) or "none"
                     raise BuildError(
                         inst.name, f"its program holds no kernel {step.kernel!r} (it has: {names})"
