@@ -61446,10 +61446,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -61862,10 +61859,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -62278,10 +62272,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -62694,10 +62685,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -63110,10 +63098,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -63526,10 +63511,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -63942,10 +63924,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -64358,10 +64337,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -71482,10 +71458,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -71882,10 +71855,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -72282,10 +72252,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -72682,10 +72649,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -73082,10 +73046,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -73482,10 +73443,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -73882,10 +73840,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
@@ -74282,10 +74237,7 @@ INSTANCES: dict[str, Instance] = {
                 'KB',
                 'max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16))',
             ),
-            (
-                'KC',
-                'pick(min(M / (16 * MR), 1), max(16, min(1024, pick(min(l1d_bytes, 1), 32768, l1d_bytes) * 4 / (dtype_bits * NR) / 16 * 16)), max(K, 1))',
-            ),
+            ('KC', 'pick(min(M / (16 * MR), 1), KB, max(K, 1))'),
             (
                 'MR',
                 'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',

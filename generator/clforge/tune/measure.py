@@ -102,17 +102,6 @@ def device_inputs(
     }
 
 
-def time_plan(
-    rt: Runtime,
-    plan: LaunchPlan,
-    inputs: Mapping[str, cla.Array],
-    repeats: int = 7,
-    target_s: float = 0.02,
-) -> float:
-    """Seconds per launch of `plan` (outputs allocated from the pool, as eager calls do)."""
-    return calibrated_time(lambda: rt.enqueue(plan, inputs), rt.queue.finish, repeats, target_s)
-
-
 @dataclass(frozen=True, eq=False)
 class HoistedCall:
     """A call of a routine as a compiled graph makes it (:func:`hoisted_call`): the launches it

@@ -344,7 +344,6 @@ def tune(
             if base in timed and base not in racing:
                 racing.append(base)  # the winner must beat it side by side
             if len(racing) > 1:
-                pool.recycle()  # the deciding measurement, in a fresh process (tune/pool.py)
                 runners = [(job.inst, p) for p in racing]
                 raced = _race(pool, journal, report, job, runners, repeats)
                 for params, us in zip(list(racing), raced, strict=True):
@@ -390,13 +389,20 @@ def files_for(
 
 
 def _journaled(
-    pool: WorkerPool, journal: Journal, report: Report, key: str, req: dict[str, Any]
+    pool: WorkerPool,
+    journal: Journal,
+    report: Report,
+    key: str,
+    req: dict[str, Any],
+    fresh: bool = False,
 ) -> dict[str, Any]:
     """The worker's reply to `req`: from the journal of earlier runs when it holds `key`, else
-    measured now and journaled."""
+    measured now (`fresh`: in a fresh measuring process, tune/pool.py) and journaled."""
     if key in journal.done:
         report.reused += 1
         return journal.done[key]
+    if fresh:
+        pool.recycle()
     res = pool.request(req)
     report.measured += 1
     journal.record(key, res)
@@ -418,11 +424,11 @@ def _race(
     runners: list[tuple[Instance, Params]],
     repeats: int,
 ) -> list[float | None]:
-    """Microseconds of each (instance, params) at `job`'s shape, raced in one request (None
-    for one that failed there)."""
+    """Microseconds of each (instance, params) at `job`'s shape, raced in one request in a
+    fresh measuring process (None for one that failed there): the deciding measurement."""
     race = [{"instance": i.name, "params": dict(p)} for i, p in runners]
     req = {"race": race, **job.request(repeats)}
-    res = _journaled(pool, journal, report, Journal.race_key(job, runners), req)
+    res = _journaled(pool, journal, report, Journal.race_key(job, runners), req, fresh=True)
     us = res.get("us") if res.get("ok") else None
     if not isinstance(us, list) or len(us) != len(runners):
         return [None] * len(runners)  # the whole race failed (the worker died, say)
@@ -443,7 +449,6 @@ def _race_variants(
         if len(group) < 2:
             continue
         runners = [(t.job.inst, t.chosen) for t in group]
-        pool.recycle()
         raced = _race(pool, journal, report, group[0].job, runners, repeats)
         for t, us in zip(group, raced, strict=True):
             if us is not None:

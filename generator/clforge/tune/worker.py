@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,7 @@ from clforge.registry import loader as registry_mod
 from clforge.registry.loader import guard_holds
 from clforge.registry.records import Instance
 from clforge.runtime.launch import LaunchPlan, Runtime
-from clforge.tune.measure import (
-    calibrated_time,
-    device_inputs,
-    hoisted_call,
-    race_times,
-    time_plan,
-)
+from clforge.tune.measure import calibrated_time, device_inputs, hoisted_call, race_times
 from clforge.tune.verify import verify
 
 NO_CASE = "its guard holds on none of the op's cases with these params, so nothing checked it"
@@ -61,23 +56,15 @@ class Worker:
         plan = self._plan(req["instance"], req)
         if isinstance(plan, str):
             return {"ok": False, "problem": plan[:2000]}
-        inputs = self._inputs(plan.inst, req)
-        repeats = int(req.get("repeats", 7))
-        if HOIST in req["dims"]:
-            call = hoisted_call(self.rt, plan, inputs)
-            seconds = calibrated_time(call, self.rt.queue.finish, repeats)
-        else:
-            seconds = time_plan(self.rt, plan, inputs, repeats=repeats)
+        call = self._call(plan, self._inputs(plan.inst, req), HOIST in req["dims"])
+        seconds = calibrated_time(call, self.rt.queue.finish, int(req.get("repeats", 7)))
         return {"ok": True, "us": seconds * 1e6}
 
     def race(self, req: dict[str, Any]) -> dict[str, Any]:
         plans = [self._plan(c["instance"], {**req, "params": c["params"]}) for c in req["race"]]
         ready = [p for p in plans if not isinstance(p, str)]
         inputs = self._inputs(ready[0].inst, req) if ready else {}
-        if HOIST in req["dims"]:  # as a compiled graph runs them: weights packed once
-            calls: list[Any] = [hoisted_call(self.rt, p, inputs) for p in ready]
-        else:
-            calls = [functools.partial(self.rt.enqueue, p, inputs) for p in ready]
+        calls = [self._call(p, inputs, HOIST in req["dims"]) for p in ready]
         rounds = 3 * int(req.get("repeats", 7))  # the deciding measurement: more than a job's
         times = iter(race_times(calls, self.rt.queue.finish, rounds=rounds))
         return {
@@ -85,6 +72,15 @@ class Worker:
             "us": [None if isinstance(p, str) else next(times) * 1e6 for p in plans],
             "problems": [p[:2000] if isinstance(p, str) else None for p in plans],
         }
+
+    def _call(
+        self, plan: LaunchPlan, inputs: dict[str, cla.Array], hoisted: bool
+    ) -> Callable[[], object]:
+        """One call of `plan` as it is timed: as an eager call makes it (outputs from the
+        pool), or `hoisted`, as a compiled graph does (weights packed once, before timing)."""
+        if hoisted:
+            return hoisted_call(self.rt, plan, inputs)
+        return functools.partial(self.rt.enqueue, plan, inputs)
 
     def _plan(self, name: str, req: dict[str, Any]) -> LaunchPlan | str:
         """The launch plan of instance `name` with the request's params at its shape, or why
