@@ -98,15 +98,17 @@ __kernel void attention__cpu_flash__f32__q_bshd__k_row__v_row__o_row__pack_kv(
     __global const T_* k_ = k + (((size_t)(kvh_) * SK + (j0_)) * D);
     __global T_* kp_ = kp + ((size_t)kvh_ * NP_ + p_) * 64 * D;
     const ACC_ scale_ = scale;  /* folded into the panels: the scores come out scaled */
+    /* d by d, each panel row written whole (its NR keys gathered from their rows): key by key,
+       the writes strided by NR, took 82 against 56 us for 8 heads of 512 x 64 here */
     if (nr_ == 64) {
-        for (int jj_ = 0; jj_ < 64; ++jj_) {
-            for (int d_ = 0; d_ < D; ++d_) {
+        for (int d_ = 0; d_ < D; ++d_) {
+            for (int jj_ = 0; jj_ < 64; ++jj_) {
                 kp_[(size_t)d_ * 64 + jj_] = k_[(size_t)jj_ * D + d_] * scale_;
             }
         }
     } else {
-        for (int jj_ = 0; jj_ < 64; ++jj_) {
-            for (int d_ = 0; d_ < D; ++d_) {
+        for (int d_ = 0; d_ < D; ++d_) {
+            for (int jj_ = 0; jj_ < 64; ++jj_) {
                 kp_[(size_t)d_ * 64 + jj_] = jj_ < nr_ ? k_[(size_t)jj_ * D + d_] * scale_ : (T_)0;
             }
         }
