@@ -6,6 +6,7 @@ and axis a user of NumPy or ONNX Runtime writes, never clforge's canonical ones)
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -28,15 +29,16 @@ from clforge.tools.bench.bandwidth import Bandwidth
 from clforge.tools.bench.cases import CASES, Case, run_cases, selected
 from clforge.tools.bench.clforge_side import Figures, GenericPace, requests
 from clforge.tools.bench.overhead import bench_host_per_kernel
+from clforge.tools.bench.peak import accumulators, lanes, measure, source
 from clforge.tools.bench.peers import NOT_ASKED, PEERS, Peer, PeerProcess, PeerRun
 from clforge.tools.bench.protocol import Request, host_inputs, natural_inputs
-from clforge.tools.bench.report import make_rows, per_kernel_lines, tally
+from clforge.tools.bench.report import fmt, make_rows, per_kernel_lines, tally
 from clforge.tools.bench.rounds import Spread
 
 ROW_KEYS = {
     "op", "dtype", "label", "sizes", "unit", "instance", "clforge", "clforge_range", "generic",
-    "generic_note", "peers", "ratios", "spreads", "rounds", "copy", "of_bandwidth", "mode",
-    "untuned",
+    "generic_note", "peers", "ratios", "spreads", "rounds", "copy", "of_bandwidth", "peak",
+    "of_peak", "mode", "untuned",
 }  # fmt: skip
 
 
@@ -115,6 +117,11 @@ def test_quick_bench_reports_every_case_and_peer(
         assert (r["copy"] is not None) == (r["unit"] == "GB/s")
         if r["copy"] is not None:
             assert r["of_bandwidth"] == pytest.approx(r["clforge"] / r["copy"])
+        # the compute-bound cases are set against the multiply-add peak of their dtype
+        assert (r["peak"] is not None) == (r["unit"] == "GFLOP/s"), r["label"]
+        if r["peak"] is not None:
+            assert r["peak"] == report["peak"][r["dtype"]]["gflops"]
+            assert r["of_peak"] == pytest.approx(r["clforge"] / r["peak"])
         cell = r["peers"]["clblast"]
         assert cell["rate"] is None
         assert cell["note"] == ("missing" if r["op"] in ("matmul", "gemm") else "n/a")
@@ -144,6 +151,8 @@ def test_quick_bench_reports_every_case_and_peer(
     assert "clforge untuned: every tuning file hidden" in text
     assert "untuned/tuned" in text
     assert "memory bandwidth (copy, counted as read+write): " in text
+    assert report["peak"]["f32"]["gflops"] > 0
+    assert f"multiply-add peak: f32 {fmt(report['peak']['f32']['gflops'])}" in text
     pk = report["overhead"]["per_kernel"]
     assert pk["launched"] == pk["kernels"] and pk["compiled_us"] > 0 and pk["eager_us"] > 0
     assert "host time per kernel, a chain of 64 adds" in text
@@ -209,6 +218,34 @@ def test_rows_take_ratios_of_rates_and_none_where_a_figure_is_missing() -> None:
     (row,) = make_rows([case], [[Figures("i", 1.0, 2.0)]], [run, missing], [[None]])
     assert row["copy"] is None and row["of_bandwidth"] is None
     assert row["mode"] == "tuned" and row["untuned"] is None
+    assert row["peak"] is None and row["of_peak"] is None  # a memory-bound case
+    matmul = next(c for c in selected(True) if c.op == "matmul")
+    (row,) = make_rows([matmul], [[Figures("i", 1.0, 2.0)]], [run], [[None]], peaks={"f32": 4.0})
+    assert row["peak"] == 4.0 and row["of_peak"] == pytest.approx(matmul.amount() / 4.0)
+    (row,) = make_rows([matmul], [[Figures("i", 1.0, 2.0)]], [run], [[None]], peaks={"f64": 4.0})
+    assert row["peak"] is None and row["of_peak"] is None  # no peak measured in its dtype
+
+
+def test_the_peak_kernel_is_shaped_by_the_device_and_runs_at_a_plausible_rate(launcher) -> None:  # type: ignore[no-untyped-def]
+    """The multiply-add probe: lanes and chains from the device model (an AVX2 model gets
+    8-lane floats and 12 chains, an AVX-512 one 16 and 24; a GPU without a register count 16),
+    a kernel that builds, and a rate above zero and below the device's lanes x 2 flops x 5 GHz
+    per compute unit (a loop the compiler folded away would time as absurdly fast)."""
+    device_profile, queue = launcher.profile, launcher.runtime.queue
+    avx2 = dataclasses.replace(device_profile, vector_bits=256, vector_registers=16)
+    avx512 = dataclasses.replace(device_profile, vector_bits=512, vector_registers=32)
+    gpu = dataclasses.replace(
+        device_profile, device_type="gpu", vector_bits=0, vector_registers=0,
+        preferred_vector_widths=(("float", 1), ("double", 1)),
+    )  # fmt: skip
+    assert (lanes(avx2, 32), accumulators(avx2), lanes(avx2, 64)) == (8, 12, 4)
+    assert (lanes(avx512, 32), accumulators(avx512), lanes(avx512, 64)) == (16, 24, 8)
+    assert (lanes(gpu, 32), accumulators(gpu)) == (2, 16)
+    assert "double8 c23 = (double8)(23);" in source("double", 8, 24)
+    peak = measure(queue, device_profile, "f32", {"repeats": 1, "target_s": 0.0})
+    ceiling = device_profile.compute_units * 2 * peak.lanes * 2 * 5.0  # 2 FMA units at 5 GHz
+    assert 0 < peak.gflops < ceiling
+    assert peak.work_items == device_profile.compute_units * 8
 
 
 def test_the_untuned_side_takes_its_ratios_round_by_round() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -65,6 +65,8 @@ class Row(TypedDict):
     rounds: dict[str, list[float | None]]  # per round, the rate of clforge and of each peer
     copy: float | None  # GB/s cases: the GB/s of a copy moving as many bytes
     of_bandwidth: float | None  # GB/s cases: clforge's GB/s over that copy's
+    peak: float | None  # GFLOP/s cases: the device's multiply-add rate in the case's dtype
+    of_peak: float | None  # GFLOP/s cases: clforge's GFLOP/s over that peak
     mode: str  # what `clforge` is: "tuned", or "untuned" (CLFORGE_TUNING=off)
     untuned: Untuned | None  # with --untuned: the same side with every tuning file hidden
 
@@ -136,11 +138,13 @@ def make_rows(
     copies: Sequence[Sequence[Bandwidth | None]],
     untuned: Sequence[Sequence[Figures]] | None = None,
     mode: str = "tuned",
+    peaks: Mapping[str, float] | None = None,
 ) -> list[Row]:
     """One row per case, from its rounds: `figures`, clforge's per case per round; `runs`, each
     peer's; `copies`, per case per round, the copy of as many bytes (memory-bound cases);
     `untuned`, clforge's per case per round with every tuning file hidden (--untuned); `mode`,
-    what `figures` are ("tuned", or "untuned" where CLFORGE_TUNING=off hid the files)."""
+    what `figures` are ("tuned", or "untuned" where CLFORGE_TUNING=off hid the files); `peaks`,
+    the device's multiply-add GFLOP/s by dtype (peak.py), for the compute-bound cases."""
     rows: list[Row] = []
     for i, (case, figs, cps) in enumerate(zip(cases, figures, copies, strict=True)):
         amount = case.amount()
@@ -158,6 +162,7 @@ def make_rows(
         ratios["generic"] = _ratio(ours.median, generic)
         copy = rounds.copy(cps)
         copy_gbps = copy.gbps if copy and case.memory_bound else None
+        peak = None if case.memory_bound else (peaks or {}).get(case.dtype)
         rows.append(
             {
                 "op": case.op,
@@ -176,6 +181,8 @@ def make_rows(
                 "rounds": {"clforge": list[float | None](per_round), **theirs},
                 "copy": copy_gbps,
                 "of_bandwidth": _ratio(ours.median, copy_gbps),
+                "peak": peak,
+                "of_peak": _ratio(ours.median, peak),
                 "mode": mode,
                 "untuned": None
                 if untuned is None
@@ -223,7 +230,7 @@ def _ratio_text(ratio: Ratio | None, spreads: bool) -> str:
 def _table(rows: Sequence[Row], runs: Sequence[PeerRun], spreads: bool) -> list[str]:
     titles = [run.peer.title for run in runs]
     head = ["case", "chosen instance", "clforge", "generic", *titles, "unit"]
-    head += [f"x{t}" for t in titles] + ["xgeneric", "copy", "of copy"]
+    head += [f"x{t}" for t in titles] + ["xgeneric", "ceiling", "of it"]
     table = [head]
     for r in rows:
         keys = [run.peer.key for run in runs]
@@ -232,10 +239,11 @@ def _table(rows: Sequence[Row], runs: Sequence[PeerRun], spreads: bool) -> list[
             "" if r["peers"][k]["note"] == NOT_ASKED else _ratio_text(r["spreads"][k], spreads)
             for k in keys
         ]
-        of_bw = "" if r["of_bandwidth"] is None else f"{100 * r['of_bandwidth']:.0f}%"
+        ceiling, of_it = (r["copy"], r["of_bandwidth"]) if r["copy"] else (r["peak"], r["of_peak"])
+        of_bw = "" if of_it is None else f"{100 * of_it:.0f}%"
         ours = [r["label"], r["instance"], _rate_text(r["clforge"], r["clforge_range"], spreads)]
         ours.append(fmt(r["generic"]))
-        extra = [_times(r["ratios"]["generic"]), fmt(r["copy"]) if r["copy"] else "", of_bw]
+        extra = [_times(r["ratios"]["generic"]), fmt(ceiling) if ceiling else "", of_bw]
         table.append([*ours, *cells, r["unit"], *ratios, *extra])
     return _aligned(table, left={0, 1, len(titles) + 4})  # the case, the instance, the unit
 
@@ -333,6 +341,20 @@ def _mode_text(report: dict[str, Any]) -> str:
     return f"{tuning.get('clforge', 'tuned')} (tuning files given to the lookup: {files})"
 
 
+def _peak_lines(peaks: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The multiply-add peak's lines of the report's head (none where it was not measured)."""
+    if not peaks:
+        return []
+    first = next(iter(peaks.values()))
+    rates = ", ".join(f"{dt} {fmt(p['gflops'])}" for dt, p in peaks.items())
+    return [
+        f"multiply-add peak: {rates} GFLOP/s ({first['accumulators']} independent vectors per "
+        f"work-item, {first['work_items']} work-items, nothing loaded: peak.py);",
+        "  per compute-bound case, `ceiling` is that peak in the case's dtype and `of it` "
+        "clforge's GFLOP/s over it",
+    ]
+
+
 def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -> str:
     """The human-readable report."""
     t = report["timing"]
@@ -349,9 +371,10 @@ def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -
         f"({bw['total_bytes'] // 2**20} MiB in {bw['chunk_bytes'] // 2**10} KiB chunks, "
         f"float16 loads, plain stores {fmt(bw['plain_gbps'])}, streaming stores "
         f"{fmt(bw['streaming_gbps'])}, work-groups of 1);",
-        "  per memory-bound case, `copy` is the same copy moving as many bytes as the case "
+        "  per memory-bound case, `ceiling` is the same copy moving as many bytes as the case "
         "(timed right after it,",
-        "  so that both see the same caches) and `of copy` clforge's GB/s over it",
+        "  so that both see the same caches) and `of it` clforge's GB/s over it",
+        *_peak_lines(report.get("peak") or {}),
     ]
     over = report["overhead"]
     lines += [

@@ -34,6 +34,7 @@ from clforge.tools.bench.overhead import (
     bench_overhead,
     bench_process_speed,
 )
+from clforge.tools.bench.peak import measure_peaks
 from clforge.tools.bench.peers import PEERS, PeerProcess
 from clforge.tools.bench.protocol import Outcome, Timing
 from clforge.tools.bench.report import make_rows, text
@@ -114,6 +115,8 @@ def run_bench(
     progress(f"copy bandwidth ({s.copy_bytes // 2**20} MiB)")
     copier = Copier(d.runtime.queue)
     bw = copier.measure(s.timing, s.copy_bytes)
+    progress("multiply-add peak")
+    peaks = measure_peaks(d.runtime.queue, d.profile, s.timing)
     progress("per-call overhead")
     over = bench_overhead(*s.overhead)
     progress("host time per kernel, compiled model and eager")
@@ -154,7 +157,9 @@ def run_bench(
     progress("the same calls in fresh processes")
     speed = bench_process_speed(s.speed_processes)
     mode = "tuned" if resources.tuning_on() else "untuned"
-    rows = make_rows(cases, per_case, runs, per_copy, per_untuned, mode)
+    rows = make_rows(
+        cases, per_case, runs, per_copy, per_untuned, mode, {p.dtype: p.gflops for p in peaks}
+    )
     report: dict[str, Any] = {
         "commit": commit(DEFAULT.root),
         "device": d.profile.name,
@@ -180,6 +185,15 @@ def run_bench(
             "streaming_gbps": bw.streaming_gbps,
             "total_bytes": bw.total_bytes,
             "chunk_bytes": bw.chunk_bytes,
+        },
+        "peak": {
+            p.dtype: {
+                "gflops": p.gflops,
+                "lanes": p.lanes,
+                "accumulators": p.accumulators,
+                "work_items": p.work_items,
+            }
+            for p in peaks
         },
         "overhead": over,
         "throughput": rows,
