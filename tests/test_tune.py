@@ -415,6 +415,8 @@ def test_the_hoisted_plan_times_the_routines_that_pack_weights() -> None:
 def test_a_hoisted_call_packs_the_weights_once_and_computes_right(runtime) -> None:
     """The tuner's hoisted timing (measure.hoisted_call) runs pack_b once, then enqueues only
     pack_a and compute per call, on the same buffers, and the result is the product."""
+    import gc
+
     import numpy as np
     import pyopencl.array as cla
 
@@ -429,8 +431,16 @@ def test_a_hoisted_call_packs_the_weights_once_and_computes_right(runtime) -> No
     shapes = {"a": a.shape, "b": b.shape, "bias": bias.shape}
     params = ParamSpace(inst).complete({"RB": 4, "KC": 64, "PF": 2})
     plan = runtime.plan(inst, dims, {"alpha": 1.0, "beta": 1.0}, shapes, params)
-    inputs = {k: cla.to_device(runtime.queue, v) for k, v in (("a", a), ("b", b), ("bias", bias))}
-    call = hoisted_call(runtime, plan, inputs)
+    # the inputs as a temporary, as the worker passes them: the call must hold them (the
+    # kernels hold only their handles; released, every hoisted candidate crashed or hung)
+    call = hoisted_call(
+        runtime,
+        plan,
+        {k: cla.to_device(runtime.queue, v) for k, v in (("a", a), ("b", b), ("bias", bias))},
+    )
+    gc.collect()
+    for _ in range(3):  # ... and buffers the pool hands out meanwhile must not be theirs
+        cla.to_device(runtime.queue, np.full_like(a, np.nan)), runtime.empty(plan.outputs[0])
     assert len(call.launches) == len(plan.launches) - 1  # pack_b ran once, in hoisted_call
     call()
     runtime.queue.finish()

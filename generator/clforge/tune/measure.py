@@ -105,13 +105,17 @@ def device_inputs(
 @dataclass(frozen=True, eq=False)
 class HoistedCall:
     """A call of a routine as a compiled graph makes it (:func:`hoisted_call`): the launches it
-    enqueues, the ready plan whose scratch they write and the outputs they write (both held
-    here, so that the pool does not hand their buffers out while the launches use them)."""
+    enqueues, the ready plan whose scratch they write, the outputs they write and the inputs
+    they read (all held here: the kernels keep only the buffers' handles, so an input the
+    caller let go would be released under them, and the pool would hand a scratch or output
+    buffer out again while they use it; a worker that passed its inputs as a temporary
+    crashed or hung on every hoisted candidate)."""
 
     queue: Any
     launches: tuple[ReadyLaunch, ...]
     made: Ready
     outputs: Mapping[str, cla.Array]
+    inputs: Mapping[str, cla.Array]
 
     def __call__(self) -> None:
         run_ready(self.queue, self.launches, ())
@@ -132,7 +136,7 @@ def hoisted_call(rt: Runtime, plan: LaunchPlan, inputs: Mapping[str, cla.Array])
     made = ready(rt, plan, bound, {})
     run_ready(rt.queue, made.launches, ())
     kept = tuple(x for i, x in enumerate(made.launches) if i not in once)
-    return HoistedCall(rt.queue, kept, made, outs)
+    return HoistedCall(rt.queue, kept, made, outs, dict(inputs))
 
 
 def calibrated_time(
