@@ -62,3 +62,35 @@ def test_every_tunable_value_matches_numpy(runtime, family: str) -> None:
         if not verdict.ok:
             failures.append(str(verdict))
     assert not failures, "\n".join(failures)
+
+
+def _pragma_then_loop(source: str) -> list[str]:
+    """The loop header after each `#pragma unroll` of `source`."""
+    lines = source.splitlines()
+    return [lines[i + 1].strip() for i, line in enumerate(lines) if "#pragma unroll" in line]
+
+
+def test_reduction_loops_are_unrolled_only_where_their_body_does_not_branch(runtime) -> None:  # type: ignore[no-untyped-def]
+    """_common/unroll.cl.j2: the micro-kernel's loops take the unroll hint where it measured
+    faster, and never around a body that branches (the BLIS order's prefetch lost 40% unrolled,
+    conv2d's padded taps and pointwise prefetch 20-60%)."""
+
+    def source(name: str, **params: int) -> str:
+        inst = REG.instance(name)
+        return runtime.source(inst, tuple(sorted({**inst.param_map, **params}.items())))
+
+    packed = "matmul__cpu_packed__f32__a_row__b_row"
+    assert _pragma_then_loop(source(packed, PF=0, RB=1, KC=1024)) == [
+        "for (int k_ = kc_; k_ < kend_; ++k_) {"
+    ]
+    assert _pragma_then_loop(source(packed, PF=2)) == []  # the prefetch branches in the loop
+    # cpu_blocked: the whole-vector path only (the last panel's gathers stay rolled)
+    assert _pragma_then_loop(source("gemm__cpu_blocked__f32__a_row__b_row")) == [
+        "for (int k_ = 0; k_ < K; ++k_) {"
+    ]
+    assert _pragma_then_loop(source("attention__cpu_flash__f32__q_row__k_row__v_row__o_row")) == [
+        "for (int d_ = 0; d_ < D; ++d_) {",
+        "for (int jj_ = 0; jj_ < nj_; ++jj_) {",
+    ]
+    for conv in ("cpu_packed", "cpu_pointwise", "cpu_im2col"):
+        assert _pragma_then_loop(source(f"conv2d__{conv}__f32__x_row__y_row")) == [], conv

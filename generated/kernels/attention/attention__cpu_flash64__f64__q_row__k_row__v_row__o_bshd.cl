@@ -243,6 +243,7 @@ __kernel void attention__cpu_flash64__f64__q_row__k_row__v_row__o_bshd__compute(
             double8 s4_1_ = 0;
             double8 s5_0_ = 0;
             double8 s5_1_ = 0;
+            #pragma unroll 4
             for (int d_ = 0; d_ < D; ++d_) {
                 const double8 k0_ = *(__global const double8*)(kb_ + (size_t)d_ * 16 + 0);
                 const double8 k1_ = *(__global const double8*)(kb_ + (size_t)d_ * 16 + 8);
@@ -552,6 +553,7 @@ __kernel void attention__cpu_flash64__f64__q_row__k_row__v_row__o_bshd__compute(
             double8 o5_1_ = *(__global double8*)(acc_ + 5 * DVP_ + c0_ + 8) * a5_;
             double8 o5_2_ = *(__global double8*)(acc_ + 5 * DVP_ + c0_ + 16) * a5_;
             double8 o5_3_ = *(__global double8*)(acc_ + 5 * DVP_ + c0_ + 24) * a5_;
+            #pragma unroll 4
             for (int jj_ = 0; jj_ < nj_; ++jj_) {
                 const double8 w0_ = *(__global const VU_*)(vb_ + (size_t)jj_ * VRS_ + c0_ + 0);
                 const double8 w1_ = *(__global const VU_*)(vb_ + (size_t)jj_ * VRS_ + c0_ + 8);

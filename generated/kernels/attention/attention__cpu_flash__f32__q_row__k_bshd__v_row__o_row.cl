@@ -246,6 +246,7 @@ __kernel void attention__cpu_flash__f32__q_row__k_bshd__v_row__o_row__compute(
             float16 s5_1_ = 0;
             float16 s5_2_ = 0;
             float16 s5_3_ = 0;
+            #pragma unroll 4
             for (int d_ = 0; d_ < D; ++d_) {
                 const float16 k0_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 0);
                 const float16 k1_ = *(__global const float16*)(kb_ + (size_t)d_ * 64 + 16);
@@ -653,6 +654,7 @@ __kernel void attention__cpu_flash__f32__q_row__k_bshd__v_row__o_row__compute(
             float16 o5_1_ = *(__global float16*)(acc_ + 5 * DVP_ + c0_ + 16) * a5_;
             float16 o5_2_ = *(__global float16*)(acc_ + 5 * DVP_ + c0_ + 32) * a5_;
             float16 o5_3_ = *(__global float16*)(acc_ + 5 * DVP_ + c0_ + 48) * a5_;
+            #pragma unroll 4
             for (int jj_ = 0; jj_ < nj_; ++jj_) {
                 const float16 w0_ = *(__global const VU_*)(vb_ + (size_t)jj_ * VRS_ + c0_ + 0);
                 const float16 w1_ = *(__global const VU_*)(vb_ + (size_t)jj_ * VRS_ + c0_ + 16);

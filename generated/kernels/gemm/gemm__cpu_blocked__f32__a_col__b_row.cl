@@ -49,6 +49,7 @@ __kernel void gemm__cpu_blocked__f32__a_col__b_row(
     float8 c5_0_ = 0;
     float8 c5_1_ = 0;
     if (nr_ == 16) {
+        #pragma unroll 4
         for (int k_ = 0; k_ < K; ++k_) {
             __global const T_* brow_ = b_ + (size_t)k_ * N + j0_;
             const float8 b0_ = *(__global const VU_*)(brow_ + 0);

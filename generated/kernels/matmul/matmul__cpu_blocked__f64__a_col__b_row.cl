@@ -51,6 +51,7 @@ __kernel void matmul__cpu_blocked__f64__a_col__b_row(
     double8 c5_0_ = 0;
     double8 c5_1_ = 0;
     if (nr_ == 16) {
+        #pragma unroll 4
         for (int k_ = 0; k_ < K; ++k_) {
             __global const T_* brow_ = b_ + (size_t)k_ * N + j0_;
             const double8 b0_ = *(__global const VU_*)(brow_ + 0);
