@@ -117,8 +117,10 @@ def test_quick_bench_reports_every_case_and_peer(
         assert (r["copy"] is not None) == (r["unit"] == "GB/s")
         if r["copy"] is not None:
             assert r["of_bandwidth"] == pytest.approx(r["clforge"] / r["copy"])
-        # the compute-bound cases are set against the multiply-add peak of their dtype
-        assert (r["peak"] is not None) == (r["unit"] == "GFLOP/s"), r["label"]
+        # the compute-bound cases are set against the multiply-add peak of their dtype (not
+        # causal attention, whose flops count the full product)
+        bounded = r["unit"] == "GFLOP/s" and "causal" not in r["label"]
+        assert (r["peak"] is not None) == bounded, r["label"]
         if r["peak"] is not None:
             assert r["peak"] == report["peak"][r["dtype"]]["gflops"]
             assert r["of_peak"] == pytest.approx(r["clforge"] / r["peak"])
@@ -224,6 +226,10 @@ def test_rows_take_ratios_of_rates_and_none_where_a_figure_is_missing() -> None:
     assert row["peak"] == 4.0 and row["of_peak"] == pytest.approx(matmul.amount() / 4.0)
     (row,) = make_rows([matmul], [[Figures("i", 1.0, 2.0)]], [run], [[None]], peaks={"f64": 4.0})
     assert row["peak"] is None and row["of_peak"] is None  # no peak measured in its dtype
+    causal = next(c for c in CASES if c.op == "attention" and c.attrs.get("causal"))
+    assert not causal.bounded and all(c.bounded for c in CASES if "causal" not in c.title)
+    (row,) = make_rows([causal], [[Figures("i", 1.0, 2.0)]], [run], [[None]], peaks={"f32": 4.0})
+    assert row["peak"] is None  # its flops count the full product: no ceiling to set it against
 
 
 def test_the_peak_kernel_is_shaped_by_the_device_and_runs_at_a_plausible_rate(launcher) -> None:  # type: ignore[no-untyped-def]

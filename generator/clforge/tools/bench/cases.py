@@ -36,6 +36,9 @@ class Case:
     # its op's convention (conv2d's y follows x); the peers get the row-major equivalent
     layouts: Mapping[str, str] = field(default_factory=dict)
     natural: Natural = field(default_factory=Natural)  # the peers' call (default: canonical)
+    # whether `work` is what one call does, so that its rate can be set against the device's
+    # ceiling (False: causal attention, whose flops count the full product it skips half of)
+    bounded: bool = True
 
     def at(self, quick: bool) -> Case:
         """This case with its quick sizes (the same case when not quick)."""
@@ -212,6 +215,7 @@ CASES: tuple[Case, ...] = (
             "attention {H}h {SQ}x{SK} d{D}" + (" causal" if causal else ""),
             attrs={"causal": causal},
             shapes=_NO_MASK,
+            bounded=not causal,
         )
         for causal in (0, 1)
     ),

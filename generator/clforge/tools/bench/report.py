@@ -162,7 +162,7 @@ def make_rows(
         ratios["generic"] = _ratio(ours.median, generic)
         copy = rounds.copy(cps)
         copy_gbps = copy.gbps if copy and case.memory_bound else None
-        peak = None if case.memory_bound else (peaks or {}).get(case.dtype)
+        peak = (peaks or {}).get(case.dtype) if case.bounded and not case.memory_bound else None
         rows.append(
             {
                 "op": case.op,
