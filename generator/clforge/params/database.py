@@ -42,7 +42,7 @@ from clforge.core.located_yaml import YamlProblem, load_yaml, locate
 from clforge.errors import ClforgeError, ClforgeWarning
 from clforge.params.fingerprint import VECTOR_KEYS, Fingerprint
 from clforge.params.space import Params, as_params
-from clforge.registry.records import Instance
+from clforge.registry.records import Instance, OpSig
 
 SCHEMA = 1
 CATCH_ALL = "*"
@@ -50,11 +50,19 @@ CATCH_ALL = "*"
 # only weights (every input but the first) run once and not timed (`clforge tune --hoisted`):
 # gemm's compute on b packed once, where an eager call packs b every call
 HOIST = "HOIST"
+
+
 HEADER = (
     "# clforge tuning database for one device: written by `clforge tune`, merged by\n"
     "# `clforge tune --merge A B`; see docs/tuning.md. Edit by hand only to delete\n"
     "# entries.\n"
 )
+
+
+def weights(op: OpSig) -> set[str]:
+    """The inputs a HOIST shape takes for a compiled graph's constants: every input but the
+    op's first (gemm's b and bias)."""
+    return {t.name for t in op.inputs[1:]}
 
 
 class TuningError(ClforgeError):

@@ -178,12 +178,32 @@ class Instance:
     def param_map(self) -> dict[str, int]:
         return dict(self.params)
 
-    def packs_once(self, constant: Collection[str]) -> bool:
-        """Whether a step of this routine reads only tensors of `constant` (a compiled graph's
-        weights) and writes only scratch: it runs once per specialization (gemm's pack_b),
-        so the parameters tuned that way apply (`clforge tune --hoisted`)."""
+    def constant_steps(self, constant: Collection[str]) -> tuple[tuple[int, ...], frozenset[str]]:
+        """The routine's steps whose results are the same every call, as indices into
+        `kernels`, and the scratch they write: a step that reads only `constant` tensors (a
+        compiled graph's weights, or scratch such steps wrote) and writes only scratch that no
+        other step writes (gemm's `pack_b` of a constant `b`). Run once, with scratch of their
+        own, they need not run again; none where a later step overwrites what they wrote."""
         scratch = {s.name for s in self.scratch}
-        return any(
-            s.reads and set(s.reads) <= set(constant) and set(s.writes) <= scratch
-            for s in self.steps
-        )
+        known = set(constant)
+        found: list[int] = []
+        written: set[str] = set()
+        for i, step in enumerate(self.steps):
+            if (
+                step.reads
+                and step.writes
+                and known.issuperset(step.reads)
+                and scratch.issuperset(step.writes)
+            ):
+                known.update(step.writes)
+                found.append(i)
+            else:
+                written.update(step.writes)
+        hoisted = frozenset(w for i in found for w in self.steps[i].writes)
+        return ((), frozenset()) if hoisted & written else (tuple(found), hoisted)
+
+    def packs_once(self, constant: Collection[str]) -> bool:
+        """Whether a step of this routine runs once per specialization where the tensors of
+        `constant` are a compiled graph's weights (:meth:`constant_steps`: gemm's pack_b), so
+        that the parameters tuned that way apply (`clforge tune --hoisted`)."""
+        return bool(self.constant_steps(constant)[0])

@@ -427,34 +427,16 @@ def shared_scratch(
 def constant_steps(
     plan: LaunchPlan, constant: Collection[str]
 ) -> tuple[tuple[int, ...], frozenset[str]]:
-    """The routine's steps whose results are the same every call, as indices into
-    `plan.launches`, and the scratch they write: a step that reads only `constant` tensors (or
-    scratch such steps wrote) and writes only scratch that no other step writes (gemm's
-    `pack_b` of a constant `b`). Run once, with scratch of their own, they need not run
-    again."""
-    steps = {s.kernel: s for s in plan.inst.kernels}
-    scratch = {name for name, _, _ in plan.scratch}
-    known = set(constant)
-    found: list[int] = []
-    written: set[str] = set()
-    for i, launch in enumerate(plan.launches):
-        step = steps.get(launch.kernel.function_name)
-        if step is None:  # a kernel of no step of the instance's (generated): runs every call
-            return (), frozenset()
-        if (
-            step.reads
-            and step.writes
-            and known.issuperset(step.reads)
-            and scratch.issuperset(step.writes)
-        ):
-            known.update(step.writes)
-            found.append(i)
-        else:
-            written.update(step.writes)
-    hoisted = frozenset(
-        w for i in found for w in steps[plan.launches[i].kernel.function_name].writes
-    )
-    return ((), frozenset()) if hoisted & written else (tuple(found), hoisted)
+    """:meth:`Instance.constant_steps` of the plan's routine, as indices into `plan.launches`
+    (which may leave a step out: a packed hand-off's pack_a); none where a launch is no step
+    of the routine (a generated kernel, which runs every call)."""
+    steps = [s.kernel for s in plan.inst.steps]
+    names = [launch.kernel.function_name for launch in plan.launches]
+    if not set(names) <= set(steps):
+        return (), frozenset()
+    found, hoisted = plan.inst.constant_steps(constant)
+    once = {steps[i] for i in found}
+    return tuple(i for i, name in enumerate(names) if name in once), hoisted
 
 
 def run_ready(

@@ -17,6 +17,7 @@ import pyopencl.array as cla
 
 from clforge import references
 from clforge.core.dtypes import DTYPES
+from clforge.params.database import weights
 from clforge.registry.records import OpSig
 from clforge.runtime.launch import (
     LaunchPlan,
@@ -126,8 +127,7 @@ def hoisted_call(rt: Runtime, plan: LaunchPlan, inputs: Mapping[str, cla.Array])
     first is a constant (a weight): the steps that read only those (`constant_steps`: gemm's
     pack_b) run once, here, into scratch of their own, and each call enqueues the others on
     the same buffers (`clforge tune --hoisted`)."""
-    first = rt.registry.op(plan.inst.op).inputs[0].name
-    once, _ = constant_steps(plan, set(inputs) - {first})
+    once, _ = constant_steps(plan, weights(rt.registry.op(plan.inst.op)))
     outs = {spec[0]: rt.empty(spec) for spec in plan.outputs}
     bound = {
         name: arr.base_data if arr.size else rt.dummy

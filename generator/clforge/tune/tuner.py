@@ -39,6 +39,7 @@ from clforge.params.database import (
     bucket_of,
     load,
     schema_hash,
+    weights,
 )
 from clforge.params.fingerprint import Fingerprint
 from clforge.params.lookup import ParamLookup
@@ -168,7 +169,7 @@ def plan_jobs(
                     if not cand.accepted or cand.instance is None:
                         continue
                     inst = reg.instance(cand.instance)
-                    if hoisted and not inst.packs_once({t.name for t in op.inputs[1:]}):
+                    if hoisted and not inst.packs_once(weights(op)):
                         continue
                     if inst.tunables:
                         marked = {**dims, HOIST: 1} if hoisted else dims
