@@ -61324,6 +61324,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 32),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 8),
@@ -61430,13 +61431,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='5df112f32499d23d2bdb000929d337811631183935909d4be4b4fceb6d7118e2',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='d663b3fe044a3a550c077bf6e64859728499d4f6ea17cce7ce4310f75a55ba13',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 14)),
             ('NR', (16, 24, 32)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (4, 8)),
@@ -61466,6 +61468,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -61532,7 +61535,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)'),
                     local_size=('1', '1'),
                 ),
                 reads=('a',),
@@ -61612,6 +61615,14 @@ INSTANCES: dict[str, Instance] = {
                 name='compute',
                 kernel='gemm__cpu_packed64__f64__a_col__b_col__compute',
                 args=(
+                    Arg(
+                        kind='input',
+                        name='a',
+                        ctype='double',
+                        dtype='f64',
+                        tensor=None,
+                        axis=None,
+                    ),
                     Arg(
                         kind='input',
                         name='ap',
@@ -61705,7 +61716,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)'),
                     local_size=('1', '1'),
                 ),
-                reads=('ap', 'bp', 'bias'),
+                reads=('a', 'ap', 'bp', 'bias'),
                 writes=('c',),
                 panels=None,
             ),
@@ -61713,7 +61724,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='cdiv(M, MR) * MR * K',
+                size='cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -61737,6 +61748,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 32),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 8),
@@ -61843,13 +61855,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='357a241de28a73a846ed1d2a673cf61ac3380cae65b8b357657471a978645fd7',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='c700b96e1c7600ff1f38e0c8a2a3c3070feeb504cdd150d99ec7a089dc271e81',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 14)),
             ('NR', (16, 24, 32)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (4, 8)),
@@ -61879,6 +61892,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -61945,7 +61959,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)'),
                     local_size=('1', '1'),
                 ),
                 reads=('a',),
@@ -62025,6 +62039,14 @@ INSTANCES: dict[str, Instance] = {
                 name='compute',
                 kernel='gemm__cpu_packed64__f64__a_col__b_row__compute',
                 args=(
+                    Arg(
+                        kind='input',
+                        name='a',
+                        ctype='double',
+                        dtype='f64',
+                        tensor=None,
+                        axis=None,
+                    ),
                     Arg(
                         kind='input',
                         name='ap',
@@ -62118,7 +62140,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)'),
                     local_size=('1', '1'),
                 ),
-                reads=('ap', 'bp', 'bias'),
+                reads=('a', 'ap', 'bp', 'bias'),
                 writes=('c',),
                 panels=None,
             ),
@@ -62126,7 +62148,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='cdiv(M, MR) * MR * K',
+                size='cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -62150,6 +62172,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 32),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 8),
@@ -62256,13 +62279,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='924ea0387dac9bcb160422df472722a688b91bc08e20439bfcf53536d25b9a3c',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='75ab11e59cbc4e3419fdfa40bf7b2c45d61ec125e9e1dea74c0cc6d98298ff3c',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 14)),
             ('NR', (16, 24, 32)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (4, 8)),
@@ -62292,6 +62316,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -62358,7 +62383,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)'),
                     local_size=('1', '1'),
                 ),
                 reads=('a',),
@@ -62438,6 +62463,14 @@ INSTANCES: dict[str, Instance] = {
                 name='compute',
                 kernel='gemm__cpu_packed64__f64__a_row__b_col__compute',
                 args=(
+                    Arg(
+                        kind='input',
+                        name='a',
+                        ctype='double',
+                        dtype='f64',
+                        tensor=None,
+                        axis=None,
+                    ),
                     Arg(
                         kind='input',
                         name='ap',
@@ -62531,7 +62564,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)'),
                     local_size=('1', '1'),
                 ),
-                reads=('ap', 'bp', 'bias'),
+                reads=('a', 'ap', 'bp', 'bias'),
                 writes=('c',),
                 panels=None,
             ),
@@ -62539,7 +62572,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='cdiv(M, MR) * MR * K',
+                size='cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -62563,6 +62596,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 32),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 8),
@@ -62669,13 +62703,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed64__f64__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='2bdd00f0ab17d1992c706fa810a05b876a4296fe5e939f9f52754fc13f0feced',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='9de0a277bf6c48b3bfc38a427963663dff90f0a977e3f97b9f62915d8f14ea9e',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 14)),
             ('NR', (16, 24, 32)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (4, 8)),
@@ -62705,6 +62740,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -62771,7 +62807,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)'),
                     local_size=('1', '1'),
                 ),
                 reads=('a',),
@@ -62851,6 +62887,14 @@ INSTANCES: dict[str, Instance] = {
                 name='compute',
                 kernel='gemm__cpu_packed64__f64__a_row__b_row__compute',
                 args=(
+                    Arg(
+                        kind='input',
+                        name='a',
+                        ctype='double',
+                        dtype='f64',
+                        tensor=None,
+                        axis=None,
+                    ),
                     Arg(
                         kind='input',
                         name='ap',
@@ -62944,7 +62988,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)'),
                     local_size=('1', '1'),
                 ),
-                reads=('ap', 'bp', 'bias'),
+                reads=('a', 'ap', 'bp', 'bias'),
                 writes=('c',),
                 panels=None,
             ),
@@ -62952,7 +62996,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='cdiv(M, MR) * MR * K',
+                size='cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -62976,6 +63020,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 64),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 16),
@@ -63082,13 +63127,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='3c6a58ae2efdd683198744ad986f1ddc22a4c2b7335b091178aa7fbdee5523b1',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='550da88c7d3d8d84313133c542b7a1cb6021640c93e6c6820162df747472a2c9',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 10, 12)),
             ('NR', (32, 48, 64)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (8, 16)),
@@ -63118,6 +63164,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -63184,7 +63231,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)'),
                     local_size=('1', '1'),
                 ),
                 reads=('a',),
@@ -63264,6 +63311,14 @@ INSTANCES: dict[str, Instance] = {
                 name='compute',
                 kernel='gemm__cpu_packed__f32__a_col__b_col__compute',
                 args=(
+                    Arg(
+                        kind='input',
+                        name='a',
+                        ctype='float',
+                        dtype='f32',
+                        tensor=None,
+                        axis=None,
+                    ),
                     Arg(
                         kind='input',
                         name='ap',
@@ -63357,7 +63412,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)'),
                     local_size=('1', '1'),
                 ),
-                reads=('ap', 'bp', 'bias'),
+                reads=('a', 'ap', 'bp', 'bias'),
                 writes=('c',),
                 panels=None,
             ),
@@ -63365,7 +63420,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='cdiv(M, MR) * MR * K',
+                size='cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -63389,6 +63444,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 64),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 16),
@@ -63495,13 +63551,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='46166a5c9dd71a383abde1d9ecb2559dc01a76628f3a8848c9952e5006236793',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='88f9532617dedf65dc6217ce4b1280c2ff6d6df759abc4403011bcf99e10a5ef',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 10, 12)),
             ('NR', (32, 48, 64)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (8, 16)),
@@ -63531,6 +63588,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -63597,7 +63655,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)'),
                     local_size=('1', '1'),
                 ),
                 reads=('a',),
@@ -63677,6 +63735,14 @@ INSTANCES: dict[str, Instance] = {
                 name='compute',
                 kernel='gemm__cpu_packed__f32__a_col__b_row__compute',
                 args=(
+                    Arg(
+                        kind='input',
+                        name='a',
+                        ctype='float',
+                        dtype='f32',
+                        tensor=None,
+                        axis=None,
+                    ),
                     Arg(
                         kind='input',
                         name='ap',
@@ -63770,7 +63836,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)'),
                     local_size=('1', '1'),
                 ),
-                reads=('ap', 'bp', 'bias'),
+                reads=('a', 'ap', 'bp', 'bias'),
                 writes=('c',),
                 panels=None,
             ),
@@ -63778,7 +63844,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='cdiv(M, MR) * MR * K',
+                size='cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -63802,6 +63868,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 64),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 16),
@@ -63908,13 +63975,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='d1635b9a5821449b27482994f4242df3f9f165a5c1592b5b7ebf4ef551a59da2',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='512ca2505e0b3bcd584307c5a1ee2eae0b888a04679b4ca1287fc460aaf7f7b0',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 10, 12)),
             ('NR', (32, 48, 64)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (8, 16)),
@@ -63944,6 +64012,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -64010,7 +64079,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)'),
                     local_size=('1', '1'),
                 ),
                 reads=('a',),
@@ -64090,6 +64159,14 @@ INSTANCES: dict[str, Instance] = {
                 name='compute',
                 kernel='gemm__cpu_packed__f32__a_row__b_col__compute',
                 args=(
+                    Arg(
+                        kind='input',
+                        name='a',
+                        ctype='float',
+                        dtype='f32',
+                        tensor=None,
+                        axis=None,
+                    ),
                     Arg(
                         kind='input',
                         name='ap',
@@ -64183,7 +64260,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)'),
                     local_size=('1', '1'),
                 ),
-                reads=('ap', 'bp', 'bias'),
+                reads=('a', 'ap', 'bp', 'bias'),
                 writes=('c',),
                 panels=None,
             ),
@@ -64191,7 +64268,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='cdiv(M, MR) * MR * K',
+                size='cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -64215,6 +64292,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 64),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 16),
@@ -64321,13 +64399,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/gemm/gemm__cpu_packed__f32__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='e6142b83a7ba52dcc1706ddaa7d88215028d9d882382114ab68f3942f3f4736d',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='71222aac542813abca48cef40ae8639669ad51c3105f21e25b39e8d6cbb7b1e4',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 10, 12)),
             ('NR', (32, 48, 64)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (8, 16)),
@@ -64357,6 +64436,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -64423,7 +64503,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)'),
                     local_size=('1', '1'),
                 ),
                 reads=('a',),
@@ -64503,6 +64583,14 @@ INSTANCES: dict[str, Instance] = {
                 name='compute',
                 kernel='gemm__cpu_packed__f32__a_row__b_row__compute',
                 args=(
+                    Arg(
+                        kind='input',
+                        name='a',
+                        ctype='float',
+                        dtype='f32',
+                        tensor=None,
+                        axis=None,
+                    ),
                     Arg(
                         kind='input',
                         name='ap',
@@ -64596,7 +64684,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)'),
                     local_size=('1', '1'),
                 ),
-                reads=('ap', 'bp', 'bias'),
+                reads=('a', 'ap', 'bp', 'bias'),
                 writes=('c',),
                 panels=None,
             ),
@@ -64604,7 +64692,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='cdiv(M, MR) * MR * K',
+                size='cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -71352,6 +71440,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 32),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 8),
@@ -71442,13 +71531,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='9b62a4bb17b3946e51c51acce3743ffb29ec9fb5dd2626eae7ee5bc55404d46a',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='b1e428fe37f58fab29c2b65bc4b3bb7b46ddff031eef1cba2728488736851fc3',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 14)),
             ('NR', (16, 24, 32)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (4, 8)),
@@ -71478,6 +71568,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -71552,7 +71643,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)', 'BA'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)', 'BA'),
                     local_size=('1', '1', '1'),
                 ),
                 reads=('a',),
@@ -71642,6 +71733,14 @@ INSTANCES: dict[str, Instance] = {
                 args=(
                     Arg(
                         kind='input',
+                        name='a',
+                        ctype='double',
+                        dtype='f64',
+                        tensor=None,
+                        axis=None,
+                    ),
+                    Arg(
+                        kind='input',
                         name='ap',
                         ctype='double',
                         dtype='f64',
@@ -71717,7 +71816,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)', 'BATCH'),
                     local_size=('1', '1', '1'),
                 ),
-                reads=('ap', 'bp'),
+                reads=('a', 'ap', 'bp'),
                 writes=('c',),
                 panels=None,
             ),
@@ -71725,7 +71824,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='BA * cdiv(M, MR) * MR * K',
+                size='BA * cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -71749,6 +71848,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 32),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 8),
@@ -71839,13 +71939,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='266eb49e8c24ecb9fbf377b638d145c0f848fbe57da63a49f68a983eb15df81c',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='375bca5e47fbe927e57a3f8d6b499d5cd05aae1443fc6327bd5d0129295ebd6d',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 14)),
             ('NR', (16, 24, 32)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (4, 8)),
@@ -71875,6 +71976,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -71949,7 +72051,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)', 'BA'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)', 'BA'),
                     local_size=('1', '1', '1'),
                 ),
                 reads=('a',),
@@ -72039,6 +72141,14 @@ INSTANCES: dict[str, Instance] = {
                 args=(
                     Arg(
                         kind='input',
+                        name='a',
+                        ctype='double',
+                        dtype='f64',
+                        tensor=None,
+                        axis=None,
+                    ),
+                    Arg(
+                        kind='input',
                         name='ap',
                         ctype='double',
                         dtype='f64',
@@ -72114,7 +72224,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)', 'BATCH'),
                     local_size=('1', '1', '1'),
                 ),
-                reads=('ap', 'bp'),
+                reads=('a', 'ap', 'bp'),
                 writes=('c',),
                 panels=None,
             ),
@@ -72122,7 +72232,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='BA * cdiv(M, MR) * MR * K',
+                size='BA * cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -72146,6 +72256,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 32),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 8),
@@ -72236,13 +72347,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='f2050963e996ae706cd781b067a8b1a94007a13565c25c66091cfc2bb2d474ec',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='87d9ca9f5ac6af4649606e1e61355f045203f274354b05c9c5d47a46d4911505',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 14)),
             ('NR', (16, 24, 32)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (4, 8)),
@@ -72272,6 +72384,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -72346,7 +72459,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)', 'BA'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)', 'BA'),
                     local_size=('1', '1', '1'),
                 ),
                 reads=('a',),
@@ -72436,6 +72549,14 @@ INSTANCES: dict[str, Instance] = {
                 args=(
                     Arg(
                         kind='input',
+                        name='a',
+                        ctype='double',
+                        dtype='f64',
+                        tensor=None,
+                        axis=None,
+                    ),
+                    Arg(
+                        kind='input',
                         name='ap',
                         ctype='double',
                         dtype='f64',
@@ -72511,7 +72632,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)', 'BATCH'),
                     local_size=('1', '1', '1'),
                 ),
-                reads=('ap', 'bp'),
+                reads=('a', 'ap', 'bp'),
                 writes=('c',),
                 panels=None,
             ),
@@ -72519,7 +72640,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='BA * cdiv(M, MR) * MR * K',
+                size='BA * cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -72543,6 +72664,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 32),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 8),
@@ -72633,13 +72755,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed64__f64__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='269a1b90015801ade367b9fc1f3bb237d7cf0e63a1f488cf321537a665f87e12',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='f03d7ebe45a0fc535688d982b6b74bb3f153b52c9b689953be4229f53326d2f7',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 14)),
             ('NR', (16, 24, 32)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (4, 8)),
@@ -72669,6 +72792,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -72743,7 +72867,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)', 'BA'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)', 'BA'),
                     local_size=('1', '1', '1'),
                 ),
                 reads=('a',),
@@ -72833,6 +72957,14 @@ INSTANCES: dict[str, Instance] = {
                 args=(
                     Arg(
                         kind='input',
+                        name='a',
+                        ctype='double',
+                        dtype='f64',
+                        tensor=None,
+                        axis=None,
+                    ),
+                    Arg(
+                        kind='input',
                         name='ap',
                         ctype='double',
                         dtype='f64',
@@ -72908,7 +73040,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)', 'BATCH'),
                     local_size=('1', '1', '1'),
                 ),
-                reads=('ap', 'bp'),
+                reads=('a', 'ap', 'bp'),
                 writes=('c',),
                 panels=None,
             ),
@@ -72916,7 +73048,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='BA * cdiv(M, MR) * MR * K',
+                size='BA * cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -72940,6 +73072,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 64),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 16),
@@ -73030,13 +73163,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_col__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='3b96620114110b33e65385caf99698db0025020cf662f45cbca9198abb60e33e',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='216b967a6272d767fcc6feaa6f325646132b95cd3f4afc71843e371def54d110',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 10, 12)),
             ('NR', (32, 48, 64)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (8, 16)),
@@ -73066,6 +73200,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -73140,7 +73275,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)', 'BA'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)', 'BA'),
                     local_size=('1', '1', '1'),
                 ),
                 reads=('a',),
@@ -73230,6 +73365,14 @@ INSTANCES: dict[str, Instance] = {
                 args=(
                     Arg(
                         kind='input',
+                        name='a',
+                        ctype='float',
+                        dtype='f32',
+                        tensor=None,
+                        axis=None,
+                    ),
+                    Arg(
+                        kind='input',
                         name='ap',
                         ctype='float',
                         dtype='f32',
@@ -73305,7 +73448,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)', 'BATCH'),
                     local_size=('1', '1', '1'),
                 ),
-                reads=('ap', 'bp'),
+                reads=('a', 'ap', 'bp'),
                 writes=('c',),
                 panels=None,
             ),
@@ -73313,7 +73456,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='BA * cdiv(M, MR) * MR * K',
+                size='BA * cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -73337,6 +73480,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 64),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 16),
@@ -73427,13 +73571,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_col__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='6e312c8cfb09c6933feff2c5850e18df9a7af210e4de95cd02122efb837150f8',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='fbe66b6bdda6e3e179c715979c8c6da410ab00c17a4ed55aa9dbe8c59b5691d2',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 10, 12)),
             ('NR', (32, 48, 64)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (8, 16)),
@@ -73463,6 +73608,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -73537,7 +73683,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)', 'BA'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)', 'BA'),
                     local_size=('1', '1', '1'),
                 ),
                 reads=('a',),
@@ -73627,6 +73773,14 @@ INSTANCES: dict[str, Instance] = {
                 args=(
                     Arg(
                         kind='input',
+                        name='a',
+                        ctype='float',
+                        dtype='f32',
+                        tensor=None,
+                        axis=None,
+                    ),
+                    Arg(
+                        kind='input',
                         name='ap',
                         ctype='float',
                         dtype='f32',
@@ -73702,7 +73856,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)', 'BATCH'),
                     local_size=('1', '1', '1'),
                 ),
-                reads=('ap', 'bp'),
+                reads=('a', 'ap', 'bp'),
                 writes=('c',),
                 panels=None,
             ),
@@ -73710,7 +73864,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='BA * cdiv(M, MR) * MR * K',
+                size='BA * cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -73734,6 +73888,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 64),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 16),
@@ -73824,13 +73979,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_row__b_col.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='7e4aa13f21ee1da755aba2e5eeda637a531731e11a2d1d98468d4617dd56ae55',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='3fd9ec87ee9954defdb7adaed7a09cf11f1797486628d21789a626be85168b9e',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 10, 12)),
             ('NR', (32, 48, 64)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (8, 16)),
@@ -73860,6 +74016,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -73934,7 +74091,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)', 'BA'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)', 'BA'),
                     local_size=('1', '1', '1'),
                 ),
                 reads=('a',),
@@ -74024,6 +74181,14 @@ INSTANCES: dict[str, Instance] = {
                 args=(
                     Arg(
                         kind='input',
+                        name='a',
+                        ctype='float',
+                        dtype='f32',
+                        tensor=None,
+                        axis=None,
+                    ),
+                    Arg(
+                        kind='input',
                         name='ap',
                         ctype='float',
                         dtype='f32',
@@ -74099,7 +74264,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)', 'BATCH'),
                     local_size=('1', '1', '1'),
                 ),
-                reads=('ap', 'bp'),
+                reads=('a', 'ap', 'bp'),
                 writes=('c',),
                 panels=None,
             ),
@@ -74107,7 +74272,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='BA * cdiv(M, MR) * MR * K',
+                size='BA * cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(
@@ -74131,6 +74296,7 @@ INSTANCES: dict[str, Instance] = {
             ('KC', 128),
             ('MR', 6),
             ('NR', 64),
+            ('PA', 0),
             ('PF', 2),
             ('RB', 8),
             ('VW', 16),
@@ -74221,13 +74387,14 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/matmul/matmul__cpu_packed__f32__a_row__b_row.cl',
         template='matmul/cpu_packed.cl.j2',
-        sha256='88856bca3c4a90901588adcac31e38cfafed3f1697822f88221deb0ae34bec72',
-        templates_sha='23f63ad597bd02851aa3094a858a54f9a9154df0d5ab85bf76fb4cf799253210',
+        sha256='09c10ea6f7ce70f9ceefdf7b25623596efee9d3feed32ad0d0894a0b0f807f2e',
+        templates_sha='a5691b751887780689a3da170e1299db9886944336341aa3af1374bc62eda20e',
         tunables=(
             ('KB', (64, 256)),
             ('KC', (64, 128, 256)),
             ('MR', (4, 6, 8, 10, 12)),
             ('NR', (32, 48, 64)),
+            ('PA', (0, 1)),
             ('PF', (0, 2)),
             ('RB', (1, 4, 8)),
             ('VW', (8, 16)),
@@ -74257,6 +74424,7 @@ INSTANCES: dict[str, Instance] = {
             'RB >= 1',
             'KC >= 1',
             'PF >= 0 and PF <= 3',
+            'PA == 0 or PA == 1',
         ),
         build_options='',
         epilogue='c',
@@ -74331,7 +74499,7 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(M, MR)', 'cdiv(K, KB)', 'BA'),
+                    global_size=('cdiv(M, MR) * PA', 'cdiv(K, KB)', 'BA'),
                     local_size=('1', '1', '1'),
                 ),
                 reads=('a',),
@@ -74421,6 +74589,14 @@ INSTANCES: dict[str, Instance] = {
                 args=(
                     Arg(
                         kind='input',
+                        name='a',
+                        ctype='float',
+                        dtype='f32',
+                        tensor=None,
+                        axis=None,
+                    ),
+                    Arg(
+                        kind='input',
                         name='ap',
                         ctype='float',
                         dtype='f32',
@@ -74496,7 +74672,7 @@ INSTANCES: dict[str, Instance] = {
                     global_size=('cdiv(cdiv(M, MR), RB)', 'cdiv(N, NR)', 'BATCH'),
                     local_size=('1', '1', '1'),
                 ),
-                reads=('ap', 'bp'),
+                reads=('a', 'ap', 'bp'),
                 writes=('c',),
                 panels=None,
             ),
@@ -74504,7 +74680,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='ap',
-                size='BA * cdiv(M, MR) * MR * K',
+                size='BA * cdiv(M, MR) * MR * K * PA',
                 dtype=None,
             ),
             Scratch(

@@ -143,7 +143,7 @@ def test_panels_of_another_block(mr: int) -> None:
     gemms' cpu_packed run with MR 4 and 10 (rows 1 to 3 and 1 to 9 of padding at S = 13)."""
     d = clforge.dispatcher()
     inst = "gemm__cpu_packed__f32__a_row__b_row"
-    d.override_params(inst, {"MR": mr, "NR": 32, "VW": 16, "KB": 64})
+    d.override_params(inst, {"MR": mr, "NR": 32, "VW": 16, "KB": 64, "PA": 1})
     try:
         g, want = _mlp()
         model = g.compile()

@@ -4,6 +4,9 @@ and inputs, against NumPy at odd sizes."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 import pyopencl.array as cla
 import pytest
@@ -59,18 +62,46 @@ def test_calls_alternating_sizes_and_inputs(model):
     close(got.get(), numpy_two_gemms(x))
 
 
-def test_scratch_is_shared_and_sized_for_the_largest(model):
-    x = rand(37, K)
-    model(x)
+PACKED = "gemm__cpu_packed__f32__a_row__b_row"
+
+
+@contextlib.contextmanager
+def packing_a(pa: int) -> Iterator[None]:
+    """gemm's packed routine with a packed first (PA 1) or read in place (PA 0)."""
+    d = dispatcher()
+    d.override_params(PACKED, {"PA": pa})
+    try:
+        yield
+    finally:
+        d.override_params(PACKED, None)
+
+
+@pytest.mark.parametrize("pa", [0, 1])
+@pytest.mark.parametrize("fusion", [False, True], ids=["unfused", "fused"])
+def test_scratch_is_shared_and_sized_for_the_largest(fusion, pa):
+    with packing_a(pa):
+        model = two_gemms().compile(fusion=fusion)
+        x = rand(37, K)
+        close(model(x), numpy_two_gemms(x))
     spec = model.cache[(("S", 37),)]
     gemms = [p for p in spec.steps if p.plan.scratch]
     assert len(gemms) == 2  # both gemms run a packed routine with scratch (ap, bp)
+    assert all(p.plan.inst.name == PACKED and dict(p.plan.params)["PA"] == pa for p in gemms)
     s = spec.summary()
     assert "scratch shared by every step [" in model.explain(file=None)
-    if model.plan.fused.groups[0].kernel is not None:
+    first, second = gemms
+    if not pa:
+        # a read in place: no ap (bound to the runtime's dummy), no hand-off; h is a slot
+        assert first.plan.scratch[0][:2] == ("ap", 0)
+        assert not [h for h in s["handoffs"] if h.startswith("handed off")]
+        why = f"relu from node 0 to node 2: {PACKED} launches no pack_a at these sizes"
+        assert s["handoffs"] == ([f"not handed off: {why}"] if fusion else [])
+        assert s["scratch_bytes"] in ([], [0])
+        assert s["slot_bytes"] == [37 * H * 4] * (1 if fusion else 2)
+        return
+    if fusion:
         # fused: relu at the first gemm's epilogue, which stores h in the panels the second
         # gemm's pack_a would make (graph/handoff.py): the second gemm's ap is h's slot
-        first, second = gemms
         assert [name for name, _, _ in second.plan.scratch] == ["bp"]
         assert [name for name, _ in second.aliases] == ["ap"]
         mr = dict(second.plan.params)["MR"]
@@ -87,34 +118,41 @@ def test_scratch_is_shared_and_sized_for_the_largest(model):
     assert s["slot_bytes"] == [37 * H * 4] * 2  # the first gemm's output, relu's
 
 
-def test_packing_a_constant_runs_once(model):
+@pytest.mark.parametrize("pa", [0, 1])
+@pytest.mark.parametrize("fusion", [False, True], ids=["unfused", "fused"])
+def test_packing_a_constant_runs_once(fusion, pa):
     """gemm's pack_b of a constant weight runs when the specialization is made, not per call:
-    two kernels fewer per call (pack_a and compute of each gemm, and relu; fused, relu is the
-    first gemm's epilogue, which stores h packed for the second: no second pack_a), results
-    as NumPy's (test_calls_alternating_sizes_and_inputs)."""
-    model(rand(5, K))
-    spec = model.cache[(("S", 5),)]
-    s = spec.summary()
-    assert s["kernels"] == (3 if model.plan.fused.groups[0].kernel is not None else 5)
-    assert len(s["handoffs"]) == (model.plan.fused.groups[0].kernel is not None)
+    per call, each gemm's compute (and pack_a, with PA 1) and relu; fused, relu is the first
+    gemm's epilogue, which with PA 1 stores h packed for the second: no second pack_a."""
+    with packing_a(pa):
+        model = two_gemms().compile(fusion=fusion)
+        x = rand(5, K)
+        close(model(x), numpy_two_gemms(x))
+    s = model.cache[(("S", 5),)].summary()
+    packs_a = pa * (1 if fusion else 2)  # with PA 1, fused: the second gemm's is handed off
+    assert s["kernels"] == (2 if fusion else 3) + packs_a
+    assert len([h for h in s["handoffs"] if h.startswith("handed off")]) == (pa and fusion)
     assert len(s["run_once"]) == 2
     assert all("pack_b run once" in note for note in s["run_once"])
     assert "pack_b run once" in model.explain(file=None)
 
 
-def test_packing_an_input_runs_every_call():
-    """Nothing is packed once where b is a graph input: each call packs its own b, and a
-    second call with another b gives that b's product."""
-    g = Graph("xy")
-    x = g.input("x", TensorType("f32", ("S", K)))
-    y = g.input("y", TensorType("f32", (K, H)))
-    g.output(g.ops.gemm(x, y, g.constant(B1, "b1"), beta=1.0))
-    m = g.compile()
-    for _ in range(2):
-        a, b = rand(9, K), rand(K, H)
-        close(m(a, b), a.astype(np.float64) @ b + B1)
+@pytest.mark.parametrize("pa", [0, 1])
+def test_packing_an_input_runs_every_call(pa):
+    """Nothing is packed once where b is a graph input: each call packs its own b (and a, with
+    PA 1), and a second call with another b gives that b's product."""
+    with packing_a(pa):
+        g = Graph("xy")
+        x = g.input("x", TensorType("f32", ("S", K)))
+        y = g.input("y", TensorType("f32", (K, H)))
+        g.output(g.ops.gemm(x, y, g.constant(B1, "b1"), beta=1.0))
+        m = g.compile()
+        for _ in range(2):
+            a, b = rand(9, K), rand(K, H)
+            close(m(a, b), a.astype(np.float64) @ b + B1)
     s = m.cache[(("S", 9),)].summary()
-    assert s["run_once"] == [] and s["kernels"] == 3
+    assert s["nodes"][0]["instance"] == PACKED
+    assert s["run_once"] == [] and s["kernels"] == 2 + pa
 
 
 def test_empty_batch(model):

@@ -262,6 +262,7 @@ def test_an_avx512_device_borrows_nothing_from_avx2_files() -> None:
         "KC": 1024,
         "RB": 1,
         "PF": 0,
+        "PA": 0,
     }
     assert 16 < _registers(dict(c.params)) <= 32 - 2
     assert lookup.passed == (

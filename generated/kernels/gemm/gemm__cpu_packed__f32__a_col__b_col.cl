@@ -73,6 +73,7 @@ __kernel void gemm__cpu_packed__f32__a_col__b_col__pack_b(
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void gemm__cpu_packed__f32__a_col__b_col__compute(
+    __global const float* restrict a,
     __global const float* restrict ap,
     __global const float* restrict bp,
     __global const float* restrict bias,
@@ -104,7 +105,14 @@ __kernel void gemm__cpu_packed__f32__a_col__b_col__compute(
             const int ip_ = get_global_id(0) * 8 + ii_;
             if (ip_ >= MP_) break;
             const int i0_ = ip_ * 6;
-            __global const T_* ap_ = ap + (za_ * MP_ + ip_) * (size_t)K * 6;
+            /* a in place: rows past M repeat row M - 1 (read, never stored) */
+            __global const T_* a_ = a + za_ * (size_t)M * K;
+            const int r0_ = min(i0_ + 0, M - 1);
+            const int r1_ = min(i0_ + 1, M - 1);
+            const int r2_ = min(i0_ + 2, M - 1);
+            const int r3_ = min(i0_ + 3, M - 1);
+            const int r4_ = min(i0_ + 4, M - 1);
+            const int r5_ = min(i0_ + 5, M - 1);
             float16 c0_0_ = kc_ == 0 ? (float16)0 : part_[(ii_ * 6 + 0) * 4 + 0];
             float16 c0_1_ = kc_ == 0 ? (float16)0 : part_[(ii_ * 6 + 0) * 4 + 1];
             float16 c0_2_ = kc_ == 0 ? (float16)0 : part_[(ii_ * 6 + 0) * 4 + 2];
@@ -136,32 +144,32 @@ __kernel void gemm__cpu_packed__f32__a_col__b_col__compute(
                 const float16 b1_ = *(__global const float16*)(bp_ + (size_t)k_ * 64 + 16);
                 const float16 b2_ = *(__global const float16*)(bp_ + (size_t)k_ * 64 + 32);
                 const float16 b3_ = *(__global const float16*)(bp_ + (size_t)k_ * 64 + 48);
-                const ACC_ a0_ = ap_[(size_t)k_ * 6 + 0];
+                const ACC_ a0_ = a_[((k_) * M + (r0_))];
                 c0_0_ += a0_ * b0_;
                 c0_1_ += a0_ * b1_;
                 c0_2_ += a0_ * b2_;
                 c0_3_ += a0_ * b3_;
-                const ACC_ a1_ = ap_[(size_t)k_ * 6 + 1];
+                const ACC_ a1_ = a_[((k_) * M + (r1_))];
                 c1_0_ += a1_ * b0_;
                 c1_1_ += a1_ * b1_;
                 c1_2_ += a1_ * b2_;
                 c1_3_ += a1_ * b3_;
-                const ACC_ a2_ = ap_[(size_t)k_ * 6 + 2];
+                const ACC_ a2_ = a_[((k_) * M + (r2_))];
                 c2_0_ += a2_ * b0_;
                 c2_1_ += a2_ * b1_;
                 c2_2_ += a2_ * b2_;
                 c2_3_ += a2_ * b3_;
-                const ACC_ a3_ = ap_[(size_t)k_ * 6 + 3];
+                const ACC_ a3_ = a_[((k_) * M + (r3_))];
                 c3_0_ += a3_ * b0_;
                 c3_1_ += a3_ * b1_;
                 c3_2_ += a3_ * b2_;
                 c3_3_ += a3_ * b3_;
-                const ACC_ a4_ = ap_[(size_t)k_ * 6 + 4];
+                const ACC_ a4_ = a_[((k_) * M + (r4_))];
                 c4_0_ += a4_ * b0_;
                 c4_1_ += a4_ * b1_;
                 c4_2_ += a4_ * b2_;
                 c4_3_ += a4_ * b3_;
-                const ACC_ a5_ = ap_[(size_t)k_ * 6 + 5];
+                const ACC_ a5_ = a_[((k_) * M + (r5_))];
                 c5_0_ += a5_ * b0_;
                 c5_1_ += a5_ * b1_;
                 c5_2_ += a5_ * b2_;
