@@ -61733,7 +61733,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'gemm__cpu_packed64__f64__a_col__b_row': Instance(
         name='gemm__cpu_packed64__f64__a_col__b_row',
@@ -62157,7 +62157,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'gemm__cpu_packed64__f64__a_row__b_col': Instance(
         name='gemm__cpu_packed64__f64__a_row__b_col',
@@ -62581,7 +62581,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'gemm__cpu_packed64__f64__a_row__b_row': Instance(
         name='gemm__cpu_packed64__f64__a_row__b_row',
@@ -63005,7 +63005,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'gemm__cpu_packed__f32__a_col__b_col': Instance(
         name='gemm__cpu_packed__f32__a_col__b_col',
@@ -63429,7 +63429,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'gemm__cpu_packed__f32__a_col__b_row': Instance(
         name='gemm__cpu_packed__f32__a_col__b_row',
@@ -63853,7 +63853,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'gemm__cpu_packed__f32__a_row__b_col': Instance(
         name='gemm__cpu_packed__f32__a_row__b_col',
@@ -64277,7 +64277,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'gemm__cpu_packed__f32__a_row__b_row': Instance(
         name='gemm__cpu_packed__f32__a_row__b_row',
@@ -64701,7 +64701,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'gemm__generic__f16__a_col__b_col': Instance(
         name='gemm__generic__f16__a_col__b_col',
@@ -71833,7 +71833,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'matmul__cpu_packed64__f64__a_col__b_row': Instance(
         name='matmul__cpu_packed64__f64__a_col__b_row',
@@ -72241,7 +72241,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'matmul__cpu_packed64__f64__a_row__b_col': Instance(
         name='matmul__cpu_packed64__f64__a_row__b_col',
@@ -72649,7 +72649,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'matmul__cpu_packed64__f64__a_row__b_row': Instance(
         name='matmul__cpu_packed64__f64__a_row__b_row',
@@ -73057,7 +73057,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'matmul__cpu_packed__f32__a_col__b_col': Instance(
         name='matmul__cpu_packed__f32__a_col__b_col',
@@ -73465,7 +73465,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'matmul__cpu_packed__f32__a_col__b_row': Instance(
         name='matmul__cpu_packed__f32__a_col__b_row',
@@ -73873,7 +73873,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'matmul__cpu_packed__f32__a_row__b_col': Instance(
         name='matmul__cpu_packed__f32__a_row__b_col',
@@ -74281,7 +74281,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'matmul__cpu_packed__f32__a_row__b_row': Instance(
         name='matmul__cpu_packed__f32__a_row__b_row',
@@ -74689,7 +74689,7 @@ INSTANCES: dict[str, Instance] = {
                 dtype=None,
             ),
         ),
-        prefer_when='(M + N) * 10 * (vector_bits / dtype_bits) <= M * N',
+        prefer_when='M > min(16, max(8, vector_width_float)) and K * N * dtype_bits * 2 > 24 * pick(min(l2_bytes, 1), 1048576, l2_bytes)',
     ),
     'matmul__generic__f16__a_col__b_col': Instance(
         name='matmul__generic__f16__a_col__b_col',

@@ -300,13 +300,14 @@ def _select(profile: DeviceProfile, op: str, dims: dict[str, int], dtype: str = 
 
 @pytest.mark.parametrize("op", ["matmul", "gemm"])
 def test_the_packed_routine_is_preferred_only_where_packing_pays_off(op: str) -> None:
-    """Where nothing measured the crossover, packing a and b (8 (MK + KN) bytes against
-    2 MNK flops) is chosen once its share of the compute time falls under a quarter:
-    10 L (M + N) <= M N on a core of L lanes. The direct kernel keeps small and skinny calls
-    (64^3, 256^3, a matrix-vector product, 16 rows); the routine takes 1024^3 and 256 x 3072;
-    a device with half the lanes (AVX2) crosses over earlier (384^3 takes the routine there and
-    not on AVX-512); K plays no part; unknown dims count as holding (a symbolic compile keeps
-    the routine); the reason says which way it went and on what."""
+    """Where nothing measured the crossover, the routine (b packed, a read in place) is
+    chosen where the direct kernel would re-read a b that outgrew L2 by half (K N bytes over
+    1.5 L2; 1 MiB read where L2 is unknown) for more than two of its row panels (M over 16
+    where vectors of 16 floats come, over 8 with 8). The synthetic profiles' L2 is 512 KiB:
+    the direct kernel keeps small products, 16 rows and a matrix-vector product; the routine
+    takes 1024^2 and the transformer's skinny 32 x 768 x 3072; K counts; a larger L2 keeps
+    the direct kernel longer; unknown dims count as holding (a symbolic compile keeps the
+    routine); the reason says which way it went and on what."""
     direct, routine = (
         f"{op}__cpu_blocked__f32__a_row__b_row",
         f"{op}__cpu_packed__f32__a_row__b_row",
@@ -316,20 +317,24 @@ def test_the_packed_routine_is_preferred_only_where_packing_pays_off(op: str) ->
         c = _select(profile, op, {"M": M, "N": N, "K": K}).chosen
         return c.instance if c else None
 
-    for M, N in ((64, 64), (256, 256), (1, 4096), (16, 1000), (128, 768)):
+    for M, N in ((64, 64), (256, 256), (1, 4096), (16, 1000)):  # b of 128 KiB to 2 MiB
         assert pick(XEON, M, N) == direct, (M, N)
-    for M, N in ((1024, 1024), (256, 3072), (3000, 3000)):
-        assert pick(XEON, M, N) == routine, (M, N)
-    assert pick(XEON, 384, 384) == routine and pick(XEON, 300, 300) == direct
-    assert pick(ZEN3, 200, 200) == routine  # 8 lanes: 10 * 8 * 400 <= 40000
-    assert pick(XEON, 256, 256, K=1) == pick(XEON, 256, 256, K=8192) == direct
+    assert pick(XEON, 128, 768, K=256) == direct  # b of 768 KiB: 1.5 x 512 KiB, not over
+    for M, N, K in ((1024, 1024, 512), (256, 3072, 512), (3000, 3000, 512), (32, 3072, 768)):
+        assert pick(XEON, M, N, K) == routine, (M, N, K)
+    assert pick(XEON, 12, 1024, K=1024) == direct and pick(ZEN3, 12, 1024, K=1024) == routine
+    assert pick(XEON, 256, 256, K=1) == direct and pick(XEON, 256, 256, K=8192) == routine
+    roomy = dataclasses.replace(XEON, l2_bytes=4096 * KIB)
+    assert pick(roomy, 1024, 1024) == direct and pick(roomy, 1024, 1024, K=4096) == routine
+    unknown = dataclasses.replace(XEON, l2_bytes=0)  # read as 1 MiB: b of 2 MiB is over 1.5
+    assert pick(unknown, 1024, 1024) == routine and pick(unknown, 1024, 1024, K=256) == direct
     sel = _select(XEON, op, {"K": 64})
     assert sel.chosen is not None and sel.chosen.instance == routine  # M, N unknown
     reasons = {
         c.variant: c.reason for c in _select(XEON, op, {"M": 64, "N": 64, "K": 64}).candidates
     }
     assert "prefer_when" in reasons["cpu_packed"] and "is false" in reasons["cpu_packed"]
-    assert "M=64, N=64, dtype_bits=32, vector_bits=512" in reasons["cpu_packed"]
+    assert "M=64" in reasons["cpu_packed"] and "l2_bytes=524288" in reasons["cpu_packed"]
     # a layout only the routine takes still gets it: preference ranks, it never excludes
     col = _select_layouts(XEON, op, {"M": 8, "N": 8, "K": 8}, {"b": "col"})
     assert col.chosen is not None and col.chosen.instance == routine.replace("b_row", "b_col")

@@ -369,8 +369,8 @@ def test_build_failure_falls_back_to_the_next_candidate(broken_tree: Tree) -> No
 
 
 def test_numpy_inputs_are_copied_into_the_layout_with_the_best_kernel() -> None:
-    a = rng.standard_normal((300, 200)).astype(np.float32)
-    b = np.asfortranarray(rng.standard_normal((200, 400)).astype(np.float32))
+    a = rng.standard_normal((300, 1000)).astype(np.float32)
+    b = np.asfortranarray(rng.standard_normal((1000, 1000)).astype(np.float32))  # 4 MB
     d = _pocl_dispatcher()
     host = d.plan_for(d.registry.op("matmul"), {"a": a[None], "b": b[None]}, {})
     # the packed cpu routine takes b in either layout: a Fortran b is not reordered on the way

@@ -74,7 +74,7 @@ def test_matmul_fortran_and_transposed_operands() -> None:
     x = _r(3, 30, 20)
     bt = np.swapaxes(_r(3, 10, 20), 1, 2)  # batched, last two axes swapped in memory
     _close(ops.matmul(x, bt), x.astype(np.float64) @ bt)
-    big_a, big_b = np.asfortranarray(_r(1000, 800)), np.asfortranarray(_r(800, 900))
+    big_a, big_b = np.asfortranarray(_r(1000, 800)), np.asfortranarray(_r(800, 1500))
     plan = d.plan_for(d.registry.op("matmul"), {"a": big_a[None], "b": big_b[None]}, {})
     # both stay col-major where the packed cpu routine runs: its pack step reads either layout,
     # so a Fortran-ordered operand needs no reordering copy on the host
@@ -293,8 +293,8 @@ UNKNOWN_FP16 = DeviceProfile(
     "Mystery Accelerator", "unknown", "accelerator", None, ("cl_khr_fp16",), 0, "global", 64, 1
 )
 DIMS = {  # large enough that the packed routine is the analytic choice on a CPU (prefer_when)
-    "matmul": {"BATCH": 1, "M": 512, "N": 512, "K": 64, "BA": 1, "BB": 1},
-    "gemm": {"M": 512, "N": 512, "K": 64},
+    "matmul": {"BATCH": 1, "M": 512, "N": 1024, "K": 1024, "BA": 1, "BB": 1},
+    "gemm": {"M": 512, "N": 1024, "K": 1024},
     "permute": {"D0": 1, "D1": 2, "D2": 64, "D3": 64, "E0": 1, "E1": 2, "E2": 64, "E3": 64},
 }
 SUFFIX = {"matmul": "__a_row__b_row", "gemm": "__a_row__b_row", "permute": ""}

@@ -709,8 +709,8 @@ def test_selection_follows_the_measured_crossover(runtime) -> None:
 
     reg = runtime.registry
     profile = from_device(runtime.device)
-    # a shape where the routine is also the analytic choice (prefer_when holds)
-    dims = {"BATCH": 1, "M": 600, "N": 400, "K": 100, "BA": 1, "BB": 1}
+    # a shape where the routine is also the analytic choice (prefer_when holds: b of 4 MB)
+    dims = {"BATCH": 1, "M": 600, "N": 1000, "K": 1000, "BA": 1, "BB": 1}
     packed = reg.instance("matmul__cpu_packed__f32__a_row__b_row")
     blocked = reg.instance("matmul__cpu_blocked__f32__a_row__b_row")
 
@@ -732,7 +732,7 @@ def test_selection_follows_the_measured_crossover(runtime) -> None:
     # the routine's b=col instance, which only outranks the direct kernel by priority
     routine = next(c for c in sel.candidates if c.variant == "cpu_packed")
     assert sel.standing == routine.rank > sel.chosen.rank
-    x, y = np.ones((1, 600, 100), np.float32), np.ones((1, 100, 400), np.float32)
+    x, y = np.ones((1, 600, 1000), np.float32), np.ones((1, 1000, 1000), np.float32)
     assert d.plan_for(reg.op("matmul"), {"a": x, "b": y}, {}).inst.name == blocked.name
     # buckets nobody tuned: the nearest tuned one decides, and explain says which
     tiny = {**dims, "M": 8, "N": 8, "K": 8}
@@ -744,7 +744,7 @@ def test_selection_follows_the_measured_crossover(runtime) -> None:
     # a file that times one variant only: nothing to compare, the ranking stands
     alone = TuningFile(Fingerprint.of(profile)).with_entries([entry(blocked, 90.0)])
     d = Dispatcher(runtime, profile, params=ParamLookup(profile, (alone,)))
-    # (the analytic crossover's: the direct kernel at 8^3, the routine at 600 x 400)
+    # (the analytic crossover's: the direct kernel at 8^3, the routine at 600 x 1000 x 1000)
     assert d.choose("matmul", "f32", layouts, tiny) == blocked
     assert d.choose("matmul", "f32", layouts, dims) == packed
 
