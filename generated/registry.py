@@ -51472,16 +51472,16 @@ INSTANCES: dict[str, Instance] = {
         ),
         prefer_when=None,
     ),
-    'conv2d__cpu_pointwise__f32__x_row__y_row': Instance(
-        name='conv2d__cpu_pointwise__f32__x_row__y_row',
+    'conv2d__cpu_rows__f32__x_row__y_row': Instance(
+        name='conv2d__cpu_rows__f32__x_row__y_row',
         op='conv2d',
-        variant='cpu_pointwise',
+        variant='cpu_rows',
         dtype='f32',
         layouts=(('x', 'row'), ('w', 'row'), ('bias', 'row'), ('y', 'row')),
         targets=('cpu',),
         priority=4,
-        params=(('MR', 6), ('NR', 64), ('PD', 16), ('VW', 16)),
-        guard='R == 1 and S == 1 and stride_h == 1 and stride_w == 1 and pad_h == 0 and pad_w == 0 and groups == 1',
+        params=(('MR', 6), ('NR', 64), ('PD', 16), ('PO', 0), ('VW', 16)),
+        guard='stride_h == 1 and stride_w == 1 and pad_h == 0 and pad_w == 0 and groups == 1',
         requires=Requirements(
             extensions=(),
             device_type=None,
@@ -51658,17 +51658,22 @@ INSTANCES: dict[str, Instance] = {
             ),
         ),
         launch=Launch(
-            global_size=('cdiv(K, MR)', 'cdiv(OH * OW, NR)', 'N'),
+            global_size=(
+                'pick(PO, cdiv(K, MR), cdiv(OH * W, NR))',
+                'pick(PO, cdiv(OH * W, NR), cdiv(K, MR))',
+                'N',
+            ),
             local_size=('1', '1', '1'),
         ),
-        source='kernels/conv2d/conv2d__cpu_pointwise__f32__x_row__y_row.cl',
-        template='conv2d/cpu_pointwise.cl.j2',
-        sha256='c3703c72dd4e12b95d21c9cff741025b7e7af4cb9c982ae744a8694d29cf8be1',
-        templates_sha='9bfe6ffb2186b5f57965fe206c14729bc5cb763adbaa571038020f4a5400f7cd',
+        source='kernels/conv2d/conv2d__cpu_rows__f32__x_row__y_row.cl',
+        template='conv2d/cpu_rows.cl.j2',
+        sha256='2d479327f64413dedc635019bd45d6416b848747a0486197c869ea69ef40aa9a',
+        templates_sha='d79b811a13e2d93780063edd367f06d31c1a99f2fc32fc237b37dd5cffd49079',
         tunables=(
             ('MR', (4, 6, 8, 12)),
-            ('NR', (16, 32, 64)),
+            ('NR', (16, 32, 48, 64)),
             ('PD', (0, 8, 16, 32)),
+            ('PO', (0, 1)),
             ('VW', (8, 16)),
         ),
         device_params=(
@@ -51681,6 +51686,7 @@ INSTANCES: dict[str, Instance] = {
                 'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
             ),
             ('PD', 'max(4, min(32, 256 / (MR * NR / VW)))'),
+            ('PO', 'min(R * S - 1, 1)'),
             ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
@@ -51688,13 +51694,14 @@ INSTANCES: dict[str, Instance] = {
             'NR % VW == 0',
             '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
             'PD >= 0',
+            'PO == 0 or PO == 1',
         ),
         build_options='',
         epilogue=None,
         steps=(
             Step(
                 name='pack_w',
-                kernel='conv2d__cpu_pointwise__f32__x_row__y_row__pack_w',
+                kernel='conv2d__cpu_rows__f32__x_row__y_row__pack_w',
                 args=(
                     Arg(
                         kind='input',
@@ -51859,7 +51866,7 @@ INSTANCES: dict[str, Instance] = {
             ),
             Step(
                 name='compute',
-                kernel='conv2d__cpu_pointwise__f32__x_row__y_row__compute',
+                kernel='conv2d__cpu_rows__f32__x_row__y_row__compute',
                 args=(
                     Arg(
                         kind='input',
@@ -52031,7 +52038,11 @@ INSTANCES: dict[str, Instance] = {
                     ),
                 ),
                 launch=Launch(
-                    global_size=('cdiv(K, MR)', 'cdiv(OH * OW, NR)', 'N'),
+                    global_size=(
+                        'pick(PO, cdiv(K, MR), cdiv(OH * W, NR))',
+                        'pick(PO, cdiv(OH * W, NR), cdiv(K, MR))',
+                        'N',
+                    ),
                     local_size=('1', '1', '1'),
                 ),
                 reads=('x', 'wp', 'bias'),
@@ -52042,7 +52053,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='wp',
-                size='cdiv(K, MR) * MR * C',
+                size='cdiv(K, MR) * MR * C * R * S',
                 dtype=None,
             ),
         ),

@@ -13,8 +13,12 @@ from clforge.call.selection import select
 from clforge.device.profile import DeviceProfile
 from clforge.device.profile_files import find_profile
 from clforge.errors import CallError
+from clforge.params.space import as_params
 from clforge.references import expected
 from clforge.registry import loader as registry_mod
+from clforge.tune.verify import canary_launch
+
+from .checking import assert_close
 
 REG = registry_mod.default()
 UNKNOWN = DeviceProfile(
@@ -187,15 +191,18 @@ def _chosen(profile, op, dtype="f32", layouts=None, dims=None) -> str | None:
         ("nvidia-h100", "gpu_tiled", "generic"),  # the H100 profile lacks fp16
         ("amd-mi250x", "gpu_tiled", "generic_half"),
         ("intel-max-1100", "gpu_tiled", "generic_half"),
-        ("pocl-cpu", "cpu_packed", "generic"),  # where nothing measured: priority, above im2col
+        # where nothing measured: priority, cpu_rows for NCHW (stride 1, no padding), then
+        # cpu_packed above im2col
+        ("pocl-cpu", ("cpu_rows", "cpu_packed"), "generic"),
         (UNKNOWN, "generic", "generic"),
     ],
 )
-def test_choice_on_each_profile(profile, conv: str, conv_f16: str) -> None:
+def test_choice_on_each_profile(profile, conv: str | tuple[str, str], conv_f16: str) -> None:
     p = find_profile(profile) if isinstance(profile, str) else profile
-    for lay in ("row", "nhwc"):
+    by_layout = (conv, conv) if isinstance(conv, str) else conv
+    for lay, variant in zip(("row", "nhwc"), by_layout, strict=True):
         got = _chosen(p, "conv2d", layouts={"x": lay, "y": lay}, dims=CONV_DIMS)
-        assert got == f"conv2d__{conv}__f32__x_{lay}__y_{lay}"
+        assert got == f"conv2d__{variant}__f32__x_{lay}__y_{lay}"
     got = _chosen(p, "conv2d", "f16", {"x": "nhwc"}, CONV_DIMS)  # y follows x
     assert got == f"conv2d__{conv_f16}__f16__x_nhwc__y_nhwc"
 
@@ -245,19 +252,71 @@ def test_grouped_and_depthwise_match_numpy_in_both_layouts(shape, wshape, option
 @pytest.mark.parametrize(
     ("attrs", "layout", "variant"),
     [
-        ({}, "row", "cpu_pointwise"),  # 1x1, stride 1, no padding, one group, NCHW
+        ({"R": 1, "S": 1}, "row", "cpu_rows"),  # 1x1, stride 1, no padding, one group, NCHW
+        ({}, "row", "cpu_rows"),  # 3x3
+        ({"R": 5, "S": 2, "dil_h": 2, "dil_w": 3}, "row", "cpu_rows"),  # any filter, dilated
         ({"stride_h": 2}, "row", "cpu_packed"),
+        ({"stride_w": 2, "R": 1, "S": 1}, "row", "cpu_packed"),
         ({"pad_h": 1, "pad_w": 1}, "row", "cpu_packed"),
+        ({"pad_w": 1, "R": 1, "S": 1}, "row", "cpu_packed"),
         ({"groups": 2, "CG": 4}, "row", "cpu_depthwise"),
         ({}, "nhwc", "cpu_packed"),
     ],
 )
-def test_a_pointwise_conv_is_the_matmul_of_the_image_rows(attrs, layout: str, variant: str) -> None:
-    """cpu_pointwise (y[n] = w x[n] on x's rows in place) takes exactly the 1x1 convolutions
-    that are a plain matmul per image; any other stride, padding, grouping or layout leaves the
-    choice as it was (here, on a profile where nothing is measured: by priority)."""
+def test_cpu_rows_takes_unpadded_stride_one_nchw_convs(attrs, layout: str, variant: str) -> None:
+    """cpu_rows (the filters times x's rows in place, the taps as shifts along them) takes
+    exactly the convolutions of stride 1 without padding in one group, NCHW, whatever the
+    filter; any other stride, padding, grouping or layout leaves the choice as it was (here, on a
+    profile where nothing is measured: by priority)."""
     p = find_profile("pocl-cpu")
-    dims = {**CONV_DIMS, "R": 1, "S": 1, **attrs}
+    dims = {**CONV_DIMS, **attrs}
     lay = {"x": layout, "y": layout}
     got = _chosen(p, "conv2d", layouts=lay, dims=dims)
     assert got == f"conv2d__{variant}__f32__x_{layout}__y_{layout}"
+
+
+ROWS = "conv2d__cpu_rows__f32__x_row__y_row"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},  # the spec's
+        {"MR": 8, "NR": 48, "PO": 1, "PD": 0},
+        {"MR": 4, "NR": 16, "VW": 8, "PO": 1, "PD": 8},
+        {"MR": 12, "NR": 32, "PO": 0, "PD": 32},
+    ],
+)
+@pytest.mark.parametrize(
+    ("xshape", "wshape", "dil"),
+    [
+        ((1, 3, 7, 11), (5, 3, 3, 3), (1, 1)),  # primes; OW = 9 of W = 11: pixels dropped
+        ((3, 2, 5, 4), (7, 2, 2, 3), (1, 1)),  # a batch; planes of 20 shorter than a panel
+        ((2, 5, 13, 17), (13, 5, 3, 2), (2, 3)),  # dilated; K not a multiple of MR
+        ((1, 4, 1, 29), (3, 4, 1, 5), (1, 1)),  # one row
+        ((2, 3, 9, 1), (4, 3, 4, 1), (1, 1)),  # one column: every pixel in a row of its own
+        ((1, 37, 9, 9), (2, 37, 1, 1), (1, 1)),  # 1x1: y's pixels are the panel's
+        ((1, 1, 8, 8), (1, 1, 8, 8), (1, 1)),  # the filter as large as the image: one pixel
+    ],
+)
+def test_cpu_rows_matches_numpy_at_odd_sizes(runtime, params, xshape, wshape, dil) -> None:  # type: ignore[no-untyped-def]
+    """Every block shape and order of cpu_rows against the NumPy reference (canary-padded, so
+    that a run read past x's end or a pixel stored past a row's end is caught), at sizes no
+    panel divides: dropped pixels past each output row, planes shorter than a panel's reach
+    (read lane by lane near x's end), a batch, dilation, filters of one row or column."""
+    inst = REG.instance(ROWS)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    bias = rng.standard_normal(wshape[0]).astype(np.float32)
+    attrs = {"dil_h": dil[0], "dil_w": dil[1]}
+    want = _conv_ref(x, w, bias, **attrs)
+    n, c, h, wd = xshape
+    k, _, r, s = wshape
+    dims = {"N": n, "C": c, "H": h, "W": wd, "K": k, "CG": c, "R": r, "S": s}
+    dims |= {"OH": want.shape[2], "OW": want.shape[3]}
+    full = {**CONV_ATTRS, "groups": 1, **attrs}
+    chosen = as_params({**inst.param_map, **params})
+    inputs = {"x": x, "w": w, "bias": bias}
+    plan = runtime.plan(inst, dims, full, {t: v.shape for t, v in inputs.items()}, chosen)
+    got = canary_launch(runtime, plan, inputs, dims)["y"]
+    assert_close(ROWS, "f32", got, want, c * r * s)

@@ -92,5 +92,5 @@ def test_reduction_loops_are_unrolled_only_where_their_body_does_not_branch(runt
         "for (int d_ = 0; d_ < D; ++d_) {",
         "for (int jj_ = 0; jj_ < nj_; ++jj_) {",
     ]
-    for conv in ("cpu_packed", "cpu_pointwise", "cpu_im2col"):
+    for conv in ("cpu_packed", "cpu_rows", "cpu_im2col"):
         assert _pragma_then_loop(source(f"conv2d__{conv}__f32__x_row__y_row")) == [], conv
