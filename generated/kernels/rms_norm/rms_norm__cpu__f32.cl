@@ -47,14 +47,17 @@ __kernel void rms_norm__cpu__f32(
     }
 
     const ACC_ inv_ = (ACC_)1 / sqrt(sq_ / (ACC_)R + (ACC_)eps);
+    const bool ahead_ = b_ + 1 < B;
     if (R % 8 == 0 && (long)B * R >= 4194304) {
         /* rows of whole vectors start aligned: streaming stores, which skip reading the output's
            lines first (a third of the traffic when the output is too large to stay cached) */
         for (r_ = 0; r_ < R; r_ += 8) {
+            if (ahead_ && (r_ & 15) == 0) __builtin_prefetch(x + row_ + (size_t)1 * R + r_, 0, 3);
             __builtin_nontemporal_store((float8)((*(__global const ACCU8_*)(x + (row_ + r_)) - mean_) * inv_ * *(__global const ACCU8_*)(weight + (r_))), (__global float8*)(y + (row_ + r_)));
         }
     } else {
         for (r_ = 0; r_ + 8 <= R; r_ += 8) {
+            if (ahead_ && (r_ & 15) == 0) __builtin_prefetch(x + row_ + (size_t)1 * R + r_, 0, 3);
             *(__global ACCU8_*)(y + row_ + r_) = (*(__global const ACCU8_*)(x + (row_ + r_)) - mean_) * inv_ * *(__global const ACCU8_*)(weight + (r_));
         }
     }
