@@ -37,6 +37,8 @@ __kernel void argmax__cpu__f32(
         const IDX8_ lane_ = (IDX8_)(0, 1, 2, 3, 4, 5, 6, 7);
         int r_ = 0;
         for (; r_ + 16 <= R; r_ += 16) {
+            __builtin_prefetch(x + row_ + r_ + 512, 0, 3);
+
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 0)); const IDX8_ t_ = (((v_) > (a0_)) | (((v_) != (v_)) & !((a0_) != (a0_)))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? lane_ + (IDX8_)(r_ + 0) : j0_; }
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 8)); const IDX8_ t_ = (((v_) > (a1_)) | (((v_) != (v_)) & !((a1_) != (a1_)))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? lane_ + (IDX8_)(r_ + 8) : j1_; }
         }

@@ -36,6 +36,11 @@ __kernel void max__cpu__f64(
         ACC8_ a3_ = first_;
         int r_ = 0;
         for (; r_ + 32 <= R; r_ += 32) {
+            __builtin_prefetch(x + row_ + r_ + 256, 0, 3);
+            __builtin_prefetch(x + row_ + r_ + 264, 0, 3);
+            __builtin_prefetch(x + row_ + r_ + 272, 0, 3);
+            __builtin_prefetch(x + row_ + r_ + 280, 0, 3);
+
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 0)); a0_ = (((v_) > (a0_)) | ((v_) != (v_))) ? (v_) : (a0_); }
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 8)); a1_ = (((v_) > (a1_)) | ((v_) != (v_))) ? (v_) : (a1_); }
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 16)); a2_ = (((v_) > (a2_)) | ((v_) != (v_))) ? (v_) : (a2_); }

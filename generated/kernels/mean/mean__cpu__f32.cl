@@ -58,6 +58,9 @@ __kernel void mean__cpu__f32(
         SUM_ a31_ = 0;
         int r_ = 0;
         for (; r_ + 32 <= R; r_ += 32) {
+            __builtin_prefetch(x + row_ + r_ + 512, 0, 3);
+            __builtin_prefetch(x + row_ + r_ + 528, 0, 3);
+
             a0_ += (ACC_)x[row_ + r_ + 0];
             a1_ += (ACC_)x[row_ + r_ + 1];
             a2_ += (ACC_)x[row_ + r_ + 2];

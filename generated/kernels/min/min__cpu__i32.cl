@@ -35,6 +35,9 @@ __kernel void min__cpu__i32(
         ACC8_ a3_ = first_;
         int r_ = 0;
         for (; r_ + 32 <= R; r_ += 32) {
+            __builtin_prefetch(x + row_ + r_ + 512, 0, 3);
+            __builtin_prefetch(x + row_ + r_ + 528, 0, 3);
+
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 0)); a0_ = (v_) < (a0_) ? (v_) : (a0_); }
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 8)); a1_ = (v_) < (a1_) ? (v_) : (a1_); }
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (row_ + r_ + 16)); a2_ = (v_) < (a2_) ? (v_) : (a2_); }

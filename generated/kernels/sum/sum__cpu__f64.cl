@@ -59,6 +59,11 @@ __kernel void sum__cpu__f64(
         SUM_ a31_ = 0;
         int r_ = 0;
         for (; r_ + 32 <= R; r_ += 32) {
+            __builtin_prefetch(x + row_ + r_ + 256, 0, 3);
+            __builtin_prefetch(x + row_ + r_ + 264, 0, 3);
+            __builtin_prefetch(x + row_ + r_ + 272, 0, 3);
+            __builtin_prefetch(x + row_ + r_ + 280, 0, 3);
+
             a0_ += (ACC_)x[row_ + r_ + 0];
             a1_ += (ACC_)x[row_ + r_ + 1];
             a2_ += (ACC_)x[row_ + r_ + 2];
