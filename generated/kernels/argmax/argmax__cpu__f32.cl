@@ -66,8 +66,11 @@ __kernel void argmax__cpu__f32(
         IDX8_ j0_ = (IDX8_)(0);
         ACC8_ a1_ = *(__global const ACCU8_*)(x + (col_ + 8));
         IDX8_ j1_ = (IDX8_)(0);
+        /* the rows about PF lines ahead (at least the next) */
+        const size_t ahead_ = (size_t)max(1, (512 + I - 1) / I) * I;
         for (int r_ = 1; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
+            __builtin_prefetch(x + at_ + ahead_ + 0, 0, 3);
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 0)); const IDX8_ t_ = (((v_) > (a0_)) | (((v_) != (v_)) & !((a0_) != (a0_)))); a0_ = t_ ? v_ : a0_; j0_ = t_ ? (IDX8_)(r_) : j0_; }
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 8)); const IDX8_ t_ = (((v_) > (a1_)) | (((v_) != (v_)) & !((a1_) != (a1_)))); a1_ = t_ ? v_ : a1_; j1_ = t_ ? (IDX8_)(r_) : j1_; }
         }

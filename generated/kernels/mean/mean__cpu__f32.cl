@@ -138,8 +138,12 @@ __kernel void mean__cpu__f32(
         SUM8_ a1_ = (SUM8_)(0);
         SUM8_ a2_ = (SUM8_)(0);
         SUM8_ a3_ = (SUM8_)(0);
+        /* the rows about PF lines ahead (at least the next) */
+        const size_t ahead_ = (size_t)max(1, (512 + I - 1) / I) * I;
         for (int r_ = 0; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
+            __builtin_prefetch(x + at_ + ahead_ + 0, 0, 3);
+            __builtin_prefetch(x + at_ + ahead_ + 16, 0, 3);
             a0_ += *(__global const ACCU8_*)(x + (at_ + 0));
             a1_ += *(__global const ACCU8_*)(x + (at_ + 8));
             a2_ += *(__global const ACCU8_*)(x + (at_ + 16));

@@ -70,8 +70,14 @@ __kernel void min__cpu__f64(
         ACC8_ a1_ = *(__global const ACCU8_*)(x + (col_ + 8));
         ACC8_ a2_ = *(__global const ACCU8_*)(x + (col_ + 16));
         ACC8_ a3_ = *(__global const ACCU8_*)(x + (col_ + 24));
+        /* the rows about PF lines ahead (at least the next) */
+        const size_t ahead_ = (size_t)max(1, (256 + I - 1) / I) * I;
         for (int r_ = 1; r_ < R; ++r_) {
             const size_t at_ = col_ + (size_t)r_ * I;
+            __builtin_prefetch(x + at_ + ahead_ + 0, 0, 3);
+            __builtin_prefetch(x + at_ + ahead_ + 8, 0, 3);
+            __builtin_prefetch(x + at_ + ahead_ + 16, 0, 3);
+            __builtin_prefetch(x + at_ + ahead_ + 24, 0, 3);
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 0)); a0_ = (((v_) < (a0_)) | ((v_) != (v_))) ? (v_) : (a0_); }
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 8)); a1_ = (((v_) < (a1_)) | ((v_) != (v_))) ? (v_) : (a1_); }
             { const ACC8_ v_ = *(__global const ACCU8_*)(x + (at_ + 16)); a2_ = (((v_) < (a2_)) | ((v_) != (v_))) ? (v_) : (a2_); }
