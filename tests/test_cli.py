@@ -49,8 +49,8 @@ def test_verify_tunables_builds_a_cover_and_reports_build_failures(
     assert main(["verify", "argmax", "--tunables"]) == 0
     out, err = capsys.readouterr()
     lines = [line for line in out.splitlines() if line.startswith("argmax__cpu__f32 [")]
-    assert len(lines) >= 3  # the defaults, then points using LANES 8 and 32, IB 8 and 32
-    assert "argmax__cpu__f32 [IB=16,LANES=16]: " in lines[0]
+    assert len(lines) >= 3  # the defaults, then points using LANES 8 and 32, IB 8 and 32, PF
+    assert "argmax__cpu__f32 [IB=16,LANES=16,PF=32]: " in lines[0]
     assert all("cases match NumPy" in line for line in lines)
     assert "0 failed" in err
 

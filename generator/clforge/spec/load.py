@@ -185,7 +185,7 @@ def _owners(findings: Sequence[Diagnostic], path: str, starts: list[int]) -> set
     """The indices of the parts (variants, overrides) starting at lines `starts`, in order,
     that hold an error of `path` (a part owns the lines from its first to the next's); None when
     an error that is not structural lies outside them all (the op itself is in question)."""
-    ends = [*starts[1:], 1 << 30]
+    ends = [*starts[1:], 1 << 30] if starts else []  # no parts (`variants: {}`): none own a line
     bad: set[int] = set()
     for d in findings:
         if d.loc.path != path or d.severity is not Severity.ERROR:
