@@ -44027,8 +44027,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_im2col__f32__x_nhwc__y_nhwc.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='23d32e0e7219239178b0d2660e3aa8be121c26dde3ab9cba7ba460649be9d885',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
+        sha256='3426a6ba07e8e791ef83a592c79e477ca8a80bb04a068fe488622ea481db9a2e',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
         device_params=(
             (
@@ -44777,8 +44777,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_im2col__f32__x_nhwc__y_row.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='711a47cb37320e112810d1f1cad341a8d7bc2da73ce1466da23947ed6112ee80',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
+        sha256='13eab2e59e6a25fb5595585f571ccbfbd2c05afb2d4382260fae1be35d169330',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
         device_params=(
             (
@@ -45527,8 +45527,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_im2col__f32__x_row__y_nhwc.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='60ff960c48124e3c99527f69b8200d1944be43efc1411365e4581a6f5c98f75e',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
+        sha256='422e362bd37e813de169deb6107fe30995e9fbbac94d88e5a687a89875221e5f',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
         device_params=(
             (
@@ -46277,8 +46277,8 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_im2col__f32__x_row__y_row.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='10a457d513a2a880e6b7b31c23a46d8d57d79cbcf09185d86208087814c42054',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
+        sha256='1ad787426e9c1ca03226b419a57e0a1dc372f2c94b37e67956231121436fee47',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
         tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
         device_params=(
             (
@@ -46840,7 +46840,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'nhwc'), ('w', 'row'), ('bias', 'row'), ('y', 'nhwc')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 32), ('VW', 8)),
+        params=(('MR', 6), ('NR', 32), ('PD', 8), ('VW', 8)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -47027,9 +47027,9 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_packed64__f64__x_nhwc__y_nhwc.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='7185baf84a8bdfc2bcc0e68fc5cee6017627b1fb78d6bc17f617ca2dadd34bd5',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('VW', (4, 8))),
+        sha256='a9629d609db1a718fbd05bbbe3f75665d7a9c5e0e71e02c0e5cd9950bca2dcba',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
+        tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('PD', (0, 8)), ('VW', (4, 8))),
         device_params=(
             (
                 'MR',
@@ -47039,12 +47039,14 @@ INSTANCES: dict[str, Instance] = {
                 'NR',
                 'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
             ),
+            ('PD', 'max(4, min(32, 256 / (MR * NR / VW)))'),
             ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
             '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            'PD >= 0',
         ),
         build_options='',
         epilogue=None,
@@ -47406,7 +47408,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='wp',
-                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S',
+                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S + 1',
                 dtype=None,
             ),
         ),
@@ -47420,7 +47422,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'nhwc'), ('w', 'row'), ('bias', 'row'), ('y', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 32), ('VW', 8)),
+        params=(('MR', 6), ('NR', 32), ('PD', 8), ('VW', 8)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -47607,9 +47609,9 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_packed64__f64__x_nhwc__y_row.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='8beb20dcff058b8114c77a43addca0b580dcb12f9c1dfa97c037cebb06b6ead9',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('VW', (4, 8))),
+        sha256='a7fca3ddb6ecc0257cc27b8c16f04ec1e27b371b1e48123a1ce53455f0766f6e',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
+        tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('PD', (0, 8)), ('VW', (4, 8))),
         device_params=(
             (
                 'MR',
@@ -47619,12 +47621,14 @@ INSTANCES: dict[str, Instance] = {
                 'NR',
                 'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
             ),
+            ('PD', 'max(4, min(32, 256 / (MR * NR / VW)))'),
             ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
             '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            'PD >= 0',
         ),
         build_options='',
         epilogue=None,
@@ -47986,7 +47990,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='wp',
-                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S',
+                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S + 1',
                 dtype=None,
             ),
         ),
@@ -48000,7 +48004,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'row'), ('w', 'row'), ('bias', 'row'), ('y', 'nhwc')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 32), ('VW', 8)),
+        params=(('MR', 6), ('NR', 32), ('PD', 8), ('VW', 8)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -48187,9 +48191,9 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_packed64__f64__x_row__y_nhwc.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='3cfe32db764170854273718bd6bd6e4578ad6b91a8b654a2f0602b42c354504f',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('VW', (4, 8))),
+        sha256='666d104460b8f4f3c1df7995c231528ec95a5f21ff030393bb11bc06ed9d4f61',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
+        tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('PD', (0, 8)), ('VW', (4, 8))),
         device_params=(
             (
                 'MR',
@@ -48199,12 +48203,14 @@ INSTANCES: dict[str, Instance] = {
                 'NR',
                 'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
             ),
+            ('PD', 'max(4, min(32, 256 / (MR * NR / VW)))'),
             ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
             '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            'PD >= 0',
         ),
         build_options='',
         epilogue=None,
@@ -48566,7 +48572,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='wp',
-                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S',
+                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S + 1',
                 dtype=None,
             ),
         ),
@@ -48580,7 +48586,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'row'), ('w', 'row'), ('bias', 'row'), ('y', 'row')),
         targets=('cpu',),
         priority=1,
-        params=(('MR', 6), ('NR', 32), ('VW', 8)),
+        params=(('MR', 6), ('NR', 32), ('PD', 8), ('VW', 8)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
             extensions=('cl_khr_fp64',),
@@ -48767,9 +48773,9 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_packed64__f64__x_row__y_row.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='22c4c76ea0509e32e4cb0e0ce45249c27809bbe9a8617f8ed240e7e52d6392a1',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
-        tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('VW', (4, 8))),
+        sha256='fabe2f6da79685237012c3069ef260ba0d43615fa1311b9c49047a4cb58b57ba',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
+        tunables=(('MR', (4, 6, 8)), ('NR', (16, 32)), ('PD', (0, 8)), ('VW', (4, 8))),
         device_params=(
             (
                 'MR',
@@ -48779,12 +48785,14 @@ INSTANCES: dict[str, Instance] = {
                 'NR',
                 'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
             ),
+            ('PD', 'max(4, min(32, 256 / (MR * NR / VW)))'),
             ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
             '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            'PD >= 0',
         ),
         build_options='',
         epilogue=None,
@@ -49146,7 +49154,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='wp',
-                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S',
+                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S + 1',
                 dtype=None,
             ),
         ),
@@ -49160,7 +49168,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'nhwc'), ('w', 'row'), ('bias', 'row'), ('y', 'nhwc')),
         targets=('cpu',),
         priority=2,
-        params=(('MR', 6), ('NR', 64), ('VW', 16)),
+        params=(('MR', 6), ('NR', 64), ('PD', 8), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
             extensions=(),
@@ -49347,24 +49355,31 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_packed__f32__x_nhwc__y_nhwc.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='c2841feee01a32eb4022ae5c8bb39ea47f518f6f0fd3d99f8fa0f1759485075f',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
-        tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
+        sha256='5d0f3d9fc7e9a2ed33fa36889521773c2b6449255fc3d902c052d14e3b9f03d2',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
+        tunables=(
+            ('MR', (4, 6, 8, 12)),
+            ('NR', (16, 32, 64)),
+            ('PD', (0, 4, 8, 16)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
             (
                 'MR',
-                'max(1, (vector_registers - 2 - NR / VW * cdiv(VW * dtype_bits, vector_bits)) / (NR / VW * cdiv(VW * dtype_bits, vector_bits) + 1))',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
             (
                 'NR',
                 'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
             ),
+            ('PD', 'max(4, min(32, 256 / (MR * NR / VW)))'),
             ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
             '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            'PD >= 0',
         ),
         build_options='',
         epilogue=None,
@@ -49726,7 +49741,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='wp',
-                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S',
+                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S + 1',
                 dtype=None,
             ),
         ),
@@ -49740,7 +49755,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'nhwc'), ('w', 'row'), ('bias', 'row'), ('y', 'row')),
         targets=('cpu',),
         priority=2,
-        params=(('MR', 6), ('NR', 64), ('VW', 16)),
+        params=(('MR', 6), ('NR', 64), ('PD', 8), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
             extensions=(),
@@ -49927,24 +49942,31 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_packed__f32__x_nhwc__y_row.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='4acc810bea24d7b13f6b4f7bfadf61b2a823c6c11870c4934df3671494c6cde2',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
-        tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
+        sha256='d88841527b1cf08cf649fc815f20e9c0ee2a0a989b017e194b8b6a2edb58d8a3',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
+        tunables=(
+            ('MR', (4, 6, 8, 12)),
+            ('NR', (16, 32, 64)),
+            ('PD', (0, 4, 8, 16)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
             (
                 'MR',
-                'max(1, (vector_registers - 2 - NR / VW * cdiv(VW * dtype_bits, vector_bits)) / (NR / VW * cdiv(VW * dtype_bits, vector_bits) + 1))',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
             (
                 'NR',
                 'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
             ),
+            ('PD', 'max(4, min(32, 256 / (MR * NR / VW)))'),
             ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
             '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            'PD >= 0',
         ),
         build_options='',
         epilogue=None,
@@ -50306,7 +50328,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='wp',
-                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S',
+                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S + 1',
                 dtype=None,
             ),
         ),
@@ -50320,7 +50342,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'row'), ('w', 'row'), ('bias', 'row'), ('y', 'nhwc')),
         targets=('cpu',),
         priority=2,
-        params=(('MR', 6), ('NR', 64), ('VW', 16)),
+        params=(('MR', 6), ('NR', 64), ('PD', 8), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
             extensions=(),
@@ -50507,24 +50529,31 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_packed__f32__x_row__y_nhwc.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='966856770018e097ae3e14ca8613ad27b545f82c6af78830544649ed4fb853c8',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
-        tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
+        sha256='bdd2201f969855a26094eee4cd334e34cb114cb183f83c98fd2cb9b60970bdf0',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
+        tunables=(
+            ('MR', (4, 6, 8, 12)),
+            ('NR', (16, 32, 64)),
+            ('PD', (0, 4, 8, 16)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
             (
                 'MR',
-                'max(1, (vector_registers - 2 - NR / VW * cdiv(VW * dtype_bits, vector_bits)) / (NR / VW * cdiv(VW * dtype_bits, vector_bits) + 1))',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
             (
                 'NR',
                 'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
             ),
+            ('PD', 'max(4, min(32, 256 / (MR * NR / VW)))'),
             ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
             '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            'PD >= 0',
         ),
         build_options='',
         epilogue=None,
@@ -50886,7 +50915,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='wp',
-                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S',
+                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S + 1',
                 dtype=None,
             ),
         ),
@@ -50900,7 +50929,7 @@ INSTANCES: dict[str, Instance] = {
         layouts=(('x', 'row'), ('w', 'row'), ('bias', 'row'), ('y', 'row')),
         targets=('cpu',),
         priority=2,
-        params=(('MR', 6), ('NR', 64), ('VW', 16)),
+        params=(('MR', 6), ('NR', 64), ('PD', 8), ('VW', 16)),
         guard='groups == 1 or (K / groups >= 16 and CG >= 4)',
         requires=Requirements(
             extensions=(),
@@ -51087,24 +51116,31 @@ INSTANCES: dict[str, Instance] = {
         ),
         source='kernels/conv2d/conv2d__cpu_packed__f32__x_row__y_row.cl',
         template='conv2d/cpu_packed.cl.j2',
-        sha256='64e1b23254d8b2203c0a4d2389815f4ada81cc8199b4f11ecc2b320d74875c10',
-        templates_sha='9ca99d35bea8461b13351865816b56a31e3d09009c83b4520d751ee125c40415',
-        tunables=(('MR', (4, 6, 8, 12)), ('NR', (16, 32, 64)), ('VW', (8, 16))),
+        sha256='eb18a18e1bad3f1d352108de352f1a48a5d3bd65e098f1d325640e6406b84d74',
+        templates_sha='9059331dcecae9dbbf195ab5b0cee5fc54c7cfb0b5cb83f13b1b48390444db64',
+        tunables=(
+            ('MR', (4, 6, 8, 12)),
+            ('NR', (16, 32, 64)),
+            ('PD', (0, 4, 8, 16)),
+            ('VW', (8, 16)),
+        ),
         device_params=(
             (
                 'MR',
-                'max(1, (vector_registers - 2 - NR / VW * cdiv(VW * dtype_bits, vector_bits)) / (NR / VW * cdiv(VW * dtype_bits, vector_bits) + 1))',
+                'max(1, (vector_registers - 2) / (NR / VW * cdiv(VW * dtype_bits, vector_bits)) - 1)',
             ),
             (
                 'NR',
                 'VW * max(1, vector_registers / 8 / cdiv(VW * dtype_bits, vector_bits))',
             ),
+            ('PD', 'max(4, min(32, 256 / (MR * NR / VW)))'),
             ('VW', 'max(4, min(16, vector_bits / dtype_bits))'),
         ),
         constraints=(
             'VW == 4 or VW == 8 or VW == 16',
             'NR % VW == 0',
             '(MR + 1) * (NR / VW) * cdiv(VW * dtype_bits, vector_bits) <= vector_registers - 2',
+            'PD >= 0',
         ),
         build_options='',
         epilogue=None,
@@ -51466,7 +51502,7 @@ INSTANCES: dict[str, Instance] = {
         scratch=(
             Scratch(
                 name='wp',
-                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S',
+                size='max(C / max(CG, 1), 1) * cdiv(K / max(C / max(CG, 1), 1), NR) * NR * CG * R * S + 1',
                 dtype=None,
             ),
         ),

@@ -320,3 +320,48 @@ def test_cpu_rows_matches_numpy_at_odd_sizes(runtime, params, xshape, wshape, di
     plan = runtime.plan(inst, dims, full, {t: v.shape for t, v in inputs.items()}, chosen)
     got = canary_launch(runtime, plan, inputs, dims)["y"]
     assert_close(ROWS, "f32", got, want, c * r * s)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},  # the spec's
+        {"MR": 4, "NR": 16, "VW": 8, "PD": 0},
+        {"MR": 5, "NR": 64, "PD": 4},
+        {"MR": 12, "NR": 32, "PD": 16},
+    ],
+)
+@pytest.mark.parametrize("layout", ["row", "nhwc"])
+@pytest.mark.parametrize(
+    ("xshape", "wshape", "attrs"),
+    [
+        ((1, 3, 7, 11), (5, 3, 3, 3), {"pad_h": 1, "pad_w": 1}),  # primes, ResNet's padding
+        ((2, 5, 13, 17), (13, 5, 3, 2), {"stride_h": 2, "stride_w": 2, "pad_h": 2, "pad_w": 1}),
+        # padding wider than the filter: whole output rows read only the zero cell (y = bias)
+        ((1, 4, 5, 6), (7, 4, 3, 3), {"stride_w": 2, "pad_h": 3, "pad_w": 3}),
+        ((1, 2, 8, 8), (3, 2, 3, 3), {"dil_h": 2, "dil_w": 2, "pad_h": 2, "pad_w": 2}),
+        ((1, 8, 9, 9), (32, 4, 3, 3), {"pad_h": 1, "pad_w": 1, "groups": 2}),  # per group
+    ],
+)
+def test_cpu_packed_reads_the_padding_as_zeros(  # type: ignore[no-untyped-def]
+    runtime, params, layout, xshape, wshape, attrs
+) -> None:
+    """cpu_packed's direct kernel broadcasts every pixel from memory, one in the padding from
+    the zero cell pack_w writes after the filter panels (step 0 along the channels): every
+    block shape against the NumPy reference in both of x's layouts, canary-padded, at sizes no
+    block divides, with padding wider than the filter's reach, strides, dilation and groups."""
+    inst = REG.instance(f"conv2d__cpu_packed__f32__x_{layout}__y_{layout}")
+    x = rng.standard_normal(xshape).astype(np.float32)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    bias = rng.standard_normal(wshape[0]).astype(np.float32)
+    want = _conv_ref(x, w, bias, **attrs)
+    n, c, h, wd = xshape
+    k, cg, r, s = wshape
+    dims = {"N": n, "C": c, "H": h, "W": wd, "K": k, "CG": cg, "R": r, "S": s}
+    dims |= {"OH": want.shape[2], "OW": want.shape[3]}
+    full = {**CONV_ATTRS, "groups": 1, **attrs}
+    chosen = as_params({**inst.param_map, **params})
+    inputs = {"x": x, "w": w, "bias": bias}
+    plan = runtime.plan(inst, dims, full, {t: v.shape for t, v in inputs.items()}, chosen)
+    got = canary_launch(runtime, plan, inputs, dims)["y"]
+    assert_close(inst.name, "f32", got, want, cg * r * s)

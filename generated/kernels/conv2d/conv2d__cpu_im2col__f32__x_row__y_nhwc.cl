@@ -115,10 +115,15 @@ __kernel void conv2d__cpu_im2col__f32__x_row__y_nhwc__pack_w(
     const int k0_ = (p_ / NPG_) * KG_ + pp_ * 64;
     const int nr_ = min(64, KG_ - pp_ * 64);
     __global T_* out_ = wp + ((size_t)p_ * R * S + rs_) * CG * 64;
-    for (int c_ = 0; c_ < CG; ++c_) {
-        for (int j_ = 0; j_ < 64; ++j_) {
-            out_[(size_t)c_ * 64 + j_] = j_ < nr_
-                ? w[(((size_t)(k0_ + j_) * CG + c_) * R + r_) * S + s_] : 0;
+    /* w's channel k0_ at input channel c_ and this tap; channel k0_ + j_ is CG R S further */
+    const size_t kst_ = (size_t)CG * R * S;
+    __global const T_* wk_ = w + (size_t)k0_ * kst_ + (size_t)r_ * S + s_;
+    for (int c_ = 0; c_ < CG; ++c_, wk_ += R * S) {
+        __global T_* o_ = out_ + (size_t)c_ * 64;
+        if (nr_ == 64) {
+            for (int j_ = 0; j_ < 64; ++j_) o_[j_] = wk_[j_ * kst_];
+        } else {
+            for (int j_ = 0; j_ < 64; ++j_) o_[j_] = j_ < nr_ ? wk_[j_ * kst_] : 0;
         }
     }
 }

@@ -11,6 +11,8 @@ typedef double VU_ __attribute__((ext_vector_type(8), aligned(sizeof(double))));
 #define G_ max(C / max(CG, 1), 1)
 #define KG_ (K / G_)
 #define NPG_ ((KG_ + 31) / 32)
+/* the filter panels' length in wp, the zero cell after them */
+#define WPN_ ((size_t)G_ * NPG_ * R * S * CG * 32)
 
 __attribute__((reqd_work_group_size(1, 1, 1)))
 __kernel void conv2d__cpu_packed64__f64__x_row__y_row__pack_w(
@@ -42,10 +44,16 @@ __kernel void conv2d__cpu_packed64__f64__x_row__y_row__pack_w(
     const int k0_ = (p_ / NPG_) * KG_ + pp_ * 32;
     const int nr_ = min(32, KG_ - pp_ * 32);
     __global T_* out_ = wp + ((size_t)p_ * R * S + rs_) * CG * 32;
-    for (int c_ = 0; c_ < CG; ++c_) {
-        for (int j_ = 0; j_ < 32; ++j_) {
-            out_[(size_t)c_ * 32 + j_] = j_ < nr_
-                ? w[(((size_t)(k0_ + j_) * CG + c_) * R + r_) * S + s_] : 0;
+    if (p_ == 0 && rs_ == 0) wp[WPN_] = 0;  /* the zero cell a pixel in the padding reads */
+    /* w's channel k0_ at input channel c_ and this tap; channel k0_ + j_ is CG R S further */
+    const size_t kst_ = (size_t)CG * R * S;
+    __global const T_* wk_ = w + (size_t)k0_ * kst_ + (size_t)r_ * S + s_;
+    for (int c_ = 0; c_ < CG; ++c_, wk_ += R * S) {
+        __global T_* o_ = out_ + (size_t)c_ * 32;
+        if (nr_ == 32) {
+            for (int j_ = 0; j_ < 32; ++j_) o_[j_] = wk_[j_ * kst_];
+        } else {
+            for (int j_ = 0; j_ < 32; ++j_) o_[j_] = j_ < nr_ ? wk_[j_ * kst_] : 0;
         }
     }
 }
@@ -83,6 +91,7 @@ __kernel void conv2d__cpu_packed64__f64__x_row__y_row__compute(
     const int j0_ = g_ * KG_ + pp_ * 32;
     /* image n_, from the group's first input channel on */
     __global const T_* x_ = x + (size_t)n_ * C * H * W + (size_t)g_ * CG * H * W;
+    __global const T_* zero_ = wp + WPN_;
     const int q0_ = min(qb_ + 0, np_ - 1);
     const int ih0_ = (q0_ / OW) * stride_h - pad_h;
     const int iw0_ = (q0_ % OW) * stride_w - pad_w;
@@ -130,60 +139,64 @@ __kernel void conv2d__cpu_packed64__f64__x_row__y_row__compute(
         for (int s_ = 0; s_ < S; ++s_) {
             const int h0_ = ih0_ + r_ * dil_h, w0_ = iw0_ + s_ * dil_w;
             const bool in0_ = h0_ >= 0 && h0_ < H && w0_ >= 0 && w0_ < W;
-            __global const T_* x0_ = x_ + (in0_ ? (size_t)h0_ * W + w0_ : 0);
+            __global const T_* x0_ = in0_ ? x_ + (size_t)h0_ * W + w0_ : zero_;
+            const size_t st0_ = in0_ ? (size_t)H * W : 0;
             const int h1_ = ih1_ + r_ * dil_h, w1_ = iw1_ + s_ * dil_w;
             const bool in1_ = h1_ >= 0 && h1_ < H && w1_ >= 0 && w1_ < W;
-            __global const T_* x1_ = x_ + (in1_ ? (size_t)h1_ * W + w1_ : 0);
+            __global const T_* x1_ = in1_ ? x_ + (size_t)h1_ * W + w1_ : zero_;
+            const size_t st1_ = in1_ ? (size_t)H * W : 0;
             const int h2_ = ih2_ + r_ * dil_h, w2_ = iw2_ + s_ * dil_w;
             const bool in2_ = h2_ >= 0 && h2_ < H && w2_ >= 0 && w2_ < W;
-            __global const T_* x2_ = x_ + (in2_ ? (size_t)h2_ * W + w2_ : 0);
+            __global const T_* x2_ = in2_ ? x_ + (size_t)h2_ * W + w2_ : zero_;
+            const size_t st2_ = in2_ ? (size_t)H * W : 0;
             const int h3_ = ih3_ + r_ * dil_h, w3_ = iw3_ + s_ * dil_w;
             const bool in3_ = h3_ >= 0 && h3_ < H && w3_ >= 0 && w3_ < W;
-            __global const T_* x3_ = x_ + (in3_ ? (size_t)h3_ * W + w3_ : 0);
+            __global const T_* x3_ = in3_ ? x_ + (size_t)h3_ * W + w3_ : zero_;
+            const size_t st3_ = in3_ ? (size_t)H * W : 0;
             const int h4_ = ih4_ + r_ * dil_h, w4_ = iw4_ + s_ * dil_w;
             const bool in4_ = h4_ >= 0 && h4_ < H && w4_ >= 0 && w4_ < W;
-            __global const T_* x4_ = x_ + (in4_ ? (size_t)h4_ * W + w4_ : 0);
+            __global const T_* x4_ = in4_ ? x_ + (size_t)h4_ * W + w4_ : zero_;
+            const size_t st4_ = in4_ ? (size_t)H * W : 0;
             const int h5_ = ih5_ + r_ * dil_h, w5_ = iw5_ + s_ * dil_w;
             const bool in5_ = h5_ >= 0 && h5_ < H && w5_ >= 0 && w5_ < W;
-            __global const T_* x5_ = x_ + (in5_ ? (size_t)h5_ * W + w5_ : 0);
+            __global const T_* x5_ = in5_ ? x_ + (size_t)h5_ * W + w5_ : zero_;
+            const size_t st5_ = in5_ ? (size_t)H * W : 0;
             __global const T_* wtap_ = wp_ + (size_t)(r_ * S + s_) * CG * 32;
             for (int c_ = 0; c_ < CG; ++c_) {
+                if (c_ + 8 < CG) {  /* the pixels' lines PD channels ahead */
+                    __builtin_prefetch(x0_ + (size_t)(c_ + 8) * st0_, 0, 3);
+                    __builtin_prefetch(x5_ + (size_t)(c_ + 8) * st5_, 0, 3);
+                }
                 const double8 b0_ = *(__global const double8*)(wtap_ + (size_t)c_ * 32 + 0);
                 const double8 b1_ = *(__global const double8*)(wtap_ + (size_t)c_ * 32 + 8);
                 const double8 b2_ = *(__global const double8*)(wtap_ + (size_t)c_ * 32 + 16);
                 const double8 b3_ = *(__global const double8*)(wtap_ + (size_t)c_ * 32 + 24);
-                /* a pixel in the padding reads a valid address and takes 0 (never 0 * inf) */
-                const ACC_ a0_ = in0_ ? (ACC_)x0_[(size_t)c_ * H * W] : (ACC_)0;
+                const ACC_ a0_ = (ACC_)x0_[(size_t)c_ * st0_];
                 c0_0_ += a0_ * b0_;
                 c0_1_ += a0_ * b1_;
                 c0_2_ += a0_ * b2_;
                 c0_3_ += a0_ * b3_;
-                /* a pixel in the padding reads a valid address and takes 0 (never 0 * inf) */
-                const ACC_ a1_ = in1_ ? (ACC_)x1_[(size_t)c_ * H * W] : (ACC_)0;
+                const ACC_ a1_ = (ACC_)x1_[(size_t)c_ * st1_];
                 c1_0_ += a1_ * b0_;
                 c1_1_ += a1_ * b1_;
                 c1_2_ += a1_ * b2_;
                 c1_3_ += a1_ * b3_;
-                /* a pixel in the padding reads a valid address and takes 0 (never 0 * inf) */
-                const ACC_ a2_ = in2_ ? (ACC_)x2_[(size_t)c_ * H * W] : (ACC_)0;
+                const ACC_ a2_ = (ACC_)x2_[(size_t)c_ * st2_];
                 c2_0_ += a2_ * b0_;
                 c2_1_ += a2_ * b1_;
                 c2_2_ += a2_ * b2_;
                 c2_3_ += a2_ * b3_;
-                /* a pixel in the padding reads a valid address and takes 0 (never 0 * inf) */
-                const ACC_ a3_ = in3_ ? (ACC_)x3_[(size_t)c_ * H * W] : (ACC_)0;
+                const ACC_ a3_ = (ACC_)x3_[(size_t)c_ * st3_];
                 c3_0_ += a3_ * b0_;
                 c3_1_ += a3_ * b1_;
                 c3_2_ += a3_ * b2_;
                 c3_3_ += a3_ * b3_;
-                /* a pixel in the padding reads a valid address and takes 0 (never 0 * inf) */
-                const ACC_ a4_ = in4_ ? (ACC_)x4_[(size_t)c_ * H * W] : (ACC_)0;
+                const ACC_ a4_ = (ACC_)x4_[(size_t)c_ * st4_];
                 c4_0_ += a4_ * b0_;
                 c4_1_ += a4_ * b1_;
                 c4_2_ += a4_ * b2_;
                 c4_3_ += a4_ * b3_;
-                /* a pixel in the padding reads a valid address and takes 0 (never 0 * inf) */
-                const ACC_ a5_ = in5_ ? (ACC_)x5_[(size_t)c_ * H * W] : (ACC_)0;
+                const ACC_ a5_ = (ACC_)x5_[(size_t)c_ * st5_];
                 c5_0_ += a5_ * b0_;
                 c5_1_ += a5_ * b1_;
                 c5_2_ += a5_ * b2_;
