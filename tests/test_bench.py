@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyopencl as cl
 import pytest
 
 from clforge import references
+from clforge.call.dispatcher import dispatcher
 from clforge.core.tree import DEFAULT
 from clforge.errors import UsageError
 from clforge.registry.loader import Registry
@@ -34,6 +36,7 @@ from clforge.tools.bench.peers import NOT_ASKED, PEERS, Peer, PeerProcess, PeerR
 from clforge.tools.bench.protocol import Request, host_inputs, natural_inputs
 from clforge.tools.bench.report import fmt, make_rows, per_kernel_lines, tally
 from clforge.tools.bench.rounds import Spread
+from clforge.tools.bench.wake import bench_wake, wake_lines
 
 ROW_KEYS = {
     "op", "dtype", "label", "sizes", "unit", "instance", "clforge", "clforge_range", "generic",
@@ -549,3 +552,24 @@ def test_ort_graphs_compute_what_the_references_compute(registry: Registry) -> N
                 atol=tol,
                 err_msg=f"{case.title}: {graph.note}",
             )
+
+
+def test_wake_measures_the_pools_join_gap_and_round_trip() -> None:
+    """The second worker joins every kernel of two work-groups (each spin ends on the flag, not
+    on its bound) and the report prints the figures; a device of one compute unit is skipped
+    with a reason (no timed assertion: the figures only have to exist)."""
+    d = dispatcher()
+    w = bench_wake(d.runtime.queue, calls=24, repeats=1)
+    if "skipped" in w:
+        assert d.runtime.device.max_compute_units < 2 or not (
+            d.runtime.device.type & cl.device_type.CPU
+        )
+        assert wake_lines(w)[0].endswith(w["skipped"])
+        return
+    assert w["joined"] == w["calls"] > 0
+    assert min(w["join_us"], w["gap_us"], w["back_to_back_us"], w["round_trip_us"]) > 0
+    lines = wake_lines(w)
+    assert lines[0] == "PoCL's worker threads (wake.py):"
+    assert "the second worker joins a kernel" in lines[1]
+    assert "from one kernel's end to the next one's start" in lines[2]
+    assert "enqueued and waited for" in lines[3]

@@ -16,6 +16,7 @@ from clforge.tools.bench.clforge_side import Figures
 from clforge.tools.bench.peers import NOT_ASKED, PeerRun
 from clforge.tools.bench.protocol import Outcome
 from clforge.tools.bench.rounds import Spread
+from clforge.tools.bench.wake import wake_lines
 
 
 class PeerCell(TypedDict):
@@ -384,6 +385,7 @@ def text(report: dict[str, Any], rows: Sequence[Row], runs: Sequence[PeerRun]) -
         f"  raw pyopencl launch {over['raw_us']:.1f} us, eager ops.add {over['eager_us']:.1f} us,"
         f" ratio {over['ratio']:.2f}x  ({over['instance']})",
         *per_kernel_lines(over.get("per_kernel")),
+        *wake_lines(over.get("wake")),
         "",
         f"throughput on device arrays (no transfers), higher is better: each figure the median "
         f"of {report['rounds']} round(s), [lowest-highest] beside it;",

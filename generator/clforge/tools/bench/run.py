@@ -38,6 +38,7 @@ from clforge.tools.bench.peak import measure_peaks
 from clforge.tools.bench.peers import PEERS, PeerProcess
 from clforge.tools.bench.protocol import Outcome, Timing
 from clforge.tools.bench.report import make_rows, text
+from clforge.tools.bench.wake import bench_wake
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,8 @@ def run_bench(
     progress("host time per kernel, compiled model and eager")
     rounds, _, calls = s.overhead
     over["per_kernel"] = bench_host_per_kernel(rounds=2 * rounds + 1, inner=calls // 10)
+    progress("PoCL's worker threads: join, gap between kernels, round trip")
+    over["wake"] = bench_wake(d.runtime.queue)
     pace = GenericPace(s.generic_budget_s)
     per_case: list[list[Figures]] = [[] for _ in cases]
     bare = untuned_dispatcher(d) if untuned else None
