@@ -196,9 +196,10 @@ ZEN4 = dataclasses.replace(CPU, name="AMD EPYC 9B14", arch="znver4", driver_vers
 SHIPPED = load_folder(DEFAULT.tuning)
 PACKED = "matmul__cpu_packed__f32__a_row__b_row"
 MM = {"BATCH": 1, "M": 1024, "N": 1024, "K": 1024, "BA": 1, "BB": 1}
-# an instance every shipped file tunes (their matmul and gemm cpu_packed entries were pruned
-# when that kernel changed), at a shape they hold
-CONV = "conv2d__cpu_packed__f32__x_row__y_row"
+# an instance the two other machines' files tune and this Xeon's (rocketlake) does not, at a
+# shape they hold (their cpu_packed conv entries, used here before, were pruned when that
+# kernel changed)
+CONV = "conv2d__cpu__f32__x_nhwc__y_row"
 CV = {"N": 1, "C": 256, "CG": 256, "H": 64, "W": 64, "K": 64, "R": 1, "S": 1, "OH": 64, "OW": 64}
 
 
