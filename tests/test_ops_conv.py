@@ -304,22 +304,27 @@ def test_cpu_rows_matches_numpy_at_odd_sizes(runtime, params, xshape, wshape, di
     that a run read past x's end or a pixel stored past a row's end is caught), at sizes no
     panel divides: dropped pixels past each output row, planes shorter than a panel's reach
     (read lane by lane near x's end), a batch, dilation, filters of one row or column."""
-    inst = REG.instance(ROWS)
+    _canary_conv(runtime, ROWS, xshape, wshape, {"dil_h": dil[0], "dil_w": dil[1]}, params)
+
+
+def _canary_conv(runtime, name, xshape, wshape, attrs, params) -> None:  # type: ignore[no-untyped-def]
+    """Instance `name` with `params` on random x, w and bias of these shapes, canary-padded
+    (canary_launch), against the NumPy reference."""
+    inst = REG.instance(name)
     x = rng.standard_normal(xshape).astype(np.float32)
     w = rng.standard_normal(wshape).astype(np.float32)
     bias = rng.standard_normal(wshape[0]).astype(np.float32)
-    attrs = {"dil_h": dil[0], "dil_w": dil[1]}
     want = _conv_ref(x, w, bias, **attrs)
     n, c, h, wd = xshape
-    k, _, r, s = wshape
-    dims = {"N": n, "C": c, "H": h, "W": wd, "K": k, "CG": c, "R": r, "S": s}
+    k, cg, r, s = wshape
+    dims = {"N": n, "C": c, "H": h, "W": wd, "K": k, "CG": cg, "R": r, "S": s}
     dims |= {"OH": want.shape[2], "OW": want.shape[3]}
     full = {**CONV_ATTRS, "groups": 1, **attrs}
     chosen = as_params({**inst.param_map, **params})
     inputs = {"x": x, "w": w, "bias": bias}
     plan = runtime.plan(inst, dims, full, {t: v.shape for t, v in inputs.items()}, chosen)
     got = canary_launch(runtime, plan, inputs, dims)["y"]
-    assert_close(ROWS, "f32", got, want, c * r * s)
+    assert_close(name, "f32", got, want, cg * r * s)
 
 
 @pytest.mark.parametrize(
@@ -350,18 +355,5 @@ def test_cpu_packed_reads_the_padding_as_zeros(  # type: ignore[no-untyped-def]
     the zero cell pack_w writes after the filter panels (step 0 along the channels): every
     block shape against the NumPy reference in both of x's layouts, canary-padded, at sizes no
     block divides, with padding wider than the filter's reach, strides, dilation and groups."""
-    inst = REG.instance(f"conv2d__cpu_packed__f32__x_{layout}__y_{layout}")
-    x = rng.standard_normal(xshape).astype(np.float32)
-    w = rng.standard_normal(wshape).astype(np.float32)
-    bias = rng.standard_normal(wshape[0]).astype(np.float32)
-    want = _conv_ref(x, w, bias, **attrs)
-    n, c, h, wd = xshape
-    k, cg, r, s = wshape
-    dims = {"N": n, "C": c, "H": h, "W": wd, "K": k, "CG": cg, "R": r, "S": s}
-    dims |= {"OH": want.shape[2], "OW": want.shape[3]}
-    full = {**CONV_ATTRS, "groups": 1, **attrs}
-    chosen = as_params({**inst.param_map, **params})
-    inputs = {"x": x, "w": w, "bias": bias}
-    plan = runtime.plan(inst, dims, full, {t: v.shape for t, v in inputs.items()}, chosen)
-    got = canary_launch(runtime, plan, inputs, dims)["y"]
-    assert_close(inst.name, "f32", got, want, cg * r * s)
+    name = f"conv2d__cpu_packed__f32__x_{layout}__y_{layout}"
+    _canary_conv(runtime, name, xshape, wshape, attrs, params)
