@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import pyopencl as cl
 
+from clforge.tune.measure import median_time
+
 _SOURCE = """
 __kernel __attribute__((reqd_work_group_size(1, 1, 1)))
 void join(volatile __global int* flag, __global int* turns, const int call, const int bound) {
@@ -47,18 +49,6 @@ void empty(__global int* turns) {}
 """
 BOUND = 50_000_000  # spins before a join gives up (~15-50 ms)
 CALIBRATION = 10_000_000  # spins timed to convert turns to time
-
-
-def _median_us(fn: Any, q: cl.CommandQueue, repeats: int, inner: int) -> float:
-    """The median over `repeats` of the mean time of `inner` calls of fn, each drained."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        q.finish()
-        times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times) * 1e6
 
 
 def bench_wake(queue: cl.CommandQueue, calls: int = 200, repeats: int = 7) -> dict[str, Any]:
@@ -119,8 +109,8 @@ def bench_wake(queue: cl.CommandQueue, calls: int = 200, repeats: int = 7) -> di
         "join_us": float(np.median(delays)) if delays.size else None,
         "join_p90_us": float(np.percentile(delays, 90)) if delays.size else None,
         "gap_us": statistics.median(gaps),
-        "back_to_back_us": _median_us(launch, queue, repeats, 100),
-        "round_trip_us": _median_us(launch_and_wait, queue, repeats, 30),
+        "back_to_back_us": median_time(launch, queue.finish, repeats, 100) * 1e6,
+        "round_trip_us": median_time(launch_and_wait, queue.finish, repeats, 30) * 1e6,
         "spin_ns": us_per_turn * 1e3,
     }
 
