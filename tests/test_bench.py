@@ -573,3 +573,5 @@ def test_wake_measures_the_pools_join_gap_and_round_trip() -> None:
     assert "the second worker joins a kernel" in lines[1]
     assert "from one kernel's end to the next one's start" in lines[2]
     assert "enqueued and waited for" in lines[3]
+    # the counts printed are the ones measured, not the defaults'
+    assert f"median of {w['gaps']})" in lines[2] and "(median of 1)" in lines[3]

@@ -109,9 +109,11 @@ def bench_wake(queue: cl.CommandQueue, calls: int = 200, repeats: int = 7) -> di
         "join_us": float(np.median(delays)) if delays.size else None,
         "join_p90_us": float(np.percentile(delays, 90)) if delays.size else None,
         "gap_us": statistics.median(gaps),
+        "gaps": len(gaps),
         "back_to_back_us": median_time(launch, queue.finish, repeats, 100) * 1e6,
         "round_trip_us": median_time(launch_and_wait, queue.finish, repeats, 30) * 1e6,
         "spin_ns": us_per_turn * 1e3,
+        "repeats": repeats,
     }
 
 
@@ -134,9 +136,9 @@ def wake_lines(w: dict[str, Any] | None) -> list[str]:
         head,
         f"  {joined};",
         f"  {w['gap_us']:.1f} us from one kernel's end to the next one's start (back-to-back "
-        "kernels of 2 work-groups of ~50 us, the queue's timestamps, median of 34);",
+        f"kernels of 2 work-groups of ~50 us, the queue's timestamps, median of {w['gaps']});",
         f"  an empty kernel: {w['back_to_back_us']:.1f} us back to back, "
-        f"{w['round_trip_us']:.1f} us enqueued and waited for (median of 7)",
+        f"{w['round_trip_us']:.1f} us enqueued and waited for (median of {w['repeats']})",
     ]
 
 
